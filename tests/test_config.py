@@ -1,0 +1,67 @@
+"""params.yaml is loaded into typed objects; bad values fail before any work, naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import PROFILES, ConfigError, load_params
+
+from .conftest import REPO_ROOT
+
+
+def _write(tmp_path: Path, mutate) -> Path:
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    mutate(raw)
+    out = tmp_path / "params.yaml"
+    out.write_text(yaml.safe_dump(raw))
+    return out
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_of_the_committed_params_loads(profile):
+    params = load_params(REPO_ROOT / "params.yaml", profile=profile)
+    assert params.profile == profile
+    assert params.common.protocol.top_k == 3
+    assert sum(params.data.test_quotas.values()) > 0
+
+
+def test_paper_profile_keeps_the_paper_numbers():
+    params = load_params(REPO_ROOT / "params.yaml", profile="paper")
+    assert params.data.test_quotas == {
+        "nq": 812, "triviaqa": 812, "popqa": 812, "hotpotqa": 813, "2wiki": 813, "musique": 813, "bamboogle": 125,
+    }
+    assert params.data.seed == 20260728
+    assert params.common.eval.bootstrap_seed == 20260912
+
+
+def test_unknown_key_is_named(tmp_path):
+    path = _write(tmp_path, lambda r: r["tiny"]["data"].update(dev_sise=3))
+    with pytest.raises(ConfigError, match=r"tiny\.data\.dev_sise: unknown key"):
+        load_params(path)
+
+
+def test_wrong_type_is_named(tmp_path):
+    path = _write(tmp_path, lambda r: r["common"]["protocol"].update(top_k="three"))
+    with pytest.raises(ConfigError, match=r"common\.protocol\.top_k"):
+        load_params(path)
+
+
+def test_zero_k_is_impossible(tmp_path):
+    path = _write(tmp_path, lambda r: r["common"]["protocol"].update(top_k=0))
+    with pytest.raises(ConfigError, match=r"common\.protocol\.top_k: .*greater than 0"):
+        load_params(path)
+
+
+def test_negative_quota_is_named(tmp_path):
+    path = _write(tmp_path, lambda r: r["paper"]["data"]["test_quotas"].update(nq=-5))
+    with pytest.raises(ConfigError, match=r"paper\.data\.test_quotas.*nq"):
+        load_params(path, profile="tiny")  # an inactive profile is validated too
+
+
+def test_unknown_profile(tmp_path):
+    path = _write(tmp_path, lambda r: r.update(profile="huge"))
+    with pytest.raises(ConfigError, match="profile"):
+        load_params(path)
