@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("pipeline").setLevel(logging.INFO)
     args = _parser().parse_args(argv)
     try:
         params = load_params(args.params, profile=args.profile)

@@ -87,7 +87,7 @@ class DataParams(_Strict):
     source: Literal["synthetic", "raw"]
     raw_dir: str
     # Keys of pipeline.data.world.WorldConfig (checked against it when the world is built).
-    world: dict[str, int | float]
+    world: dict[str, Any]
     train_datasets: list[str]
     test_quotas: dict[str, int]
     dev_size: int = Field(gt=0)
@@ -103,6 +103,17 @@ class DataParams(_Strict):
                 raise ValueError(f"quota of {name!r} must be positive, got {quota}")
         return quotas
 
+    @field_validator("world")
+    @classmethod
+    def _world(cls, world: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.data.world import WorldConfig
+
+        try:
+            WorldConfig.from_dict(world, where="world")
+        except (ValueError, TypeError) as e:
+            raise ValueError(str(e)) from None
+        return world
+
     @field_validator("train_datasets")
     @classmethod
     def _train(cls, names: list[str]) -> list[str]:
@@ -117,9 +128,64 @@ class IndexParams(_Strict):
     batch_size: int = Field(gt=0)
 
 
+class RolloutParams(_Strict):
+    """Sampling of one team rollout (the protocol's budgets are in common.protocol)."""
+
+    temperature: float = Field(ge=0)
+    top_p: float = Field(gt=0, le=1)
+    leader_max_new_tokens: int = Field(gt=0)
+    searcher_max_new_tokens: int = Field(gt=0)
+    answerer_max_new_tokens: int = Field(gt=0)
+    max_searcher_turns: int = Field(gt=0)
+
+
+class EvalParams(_Strict):
+    rollout: RolloutParams
+    shard_questions: int = Field(gt=0)  # questions per resumable shard (all 4 runs of each)
+    seed: int
+
+
+class TrainShared(_Strict):
+    """What every training stage shares (DVC param key `<profile>.train.shared`)."""
+
+    questions_per_batch: int = Field(gt=0)  # training questions per step (paper 32)
+    trajectories_per_question: int = Field(gt=0)  # team rollouts per question (paper 5)
+    lr: float = Field(gt=0)
+    entropy_coef: float = Field(ge=0)
+    eval_every: int = Field(gt=0)  # steps between dev evaluations (also at step 0 and the end)
+    dev_questions: int = Field(gt=0)
+    checkpoint_every: int = Field(gt=0)
+    audit_every: int = Field(gt=0)  # steps between audit tables (also at step 0)
+    judge_max_new_tokens: int = Field(gt=0)  # Prompted Critic judge (greedy)
+    rollout: RolloutParams
+
+
+class TrainSystem(_Strict):
+    """One training stage's own numbers (DVC param key `<profile>.train.systems.<key>`)."""
+
+    steps: int = Field(gt=0)
+    seed: int
+
+
+class TrainSystems(_Strict):
+    teacher: TrainSystem
+    team: TrainSystem
+    prompted_critic: TrainSystem
+    outcome_rl_searcher: TrainSystem
+    base_teacher: TrainSystem
+    no_searcher_supervision: TrainSystem
+
+
+class TrainParams(_Strict):
+    shared: TrainShared
+    systems: TrainSystems
+
+
 class ProfileParams(_Strict):
     data: DataParams
     index: IndexParams
+    eval: EvalParams
+    train: TrainParams
 
 
 class Params(_Strict):
@@ -135,6 +201,14 @@ class Params(_Strict):
     @property
     def index(self) -> IndexParams:
         return self.active.index
+
+    @property
+    def eval(self) -> EvalParams:
+        return self.active.eval
+
+    @property
+    def train(self) -> TrainParams:
+        return self.active.train
 
 
 def _format_errors(path: Path, err: ValidationError, prefix: str) -> str:
@@ -179,3 +253,24 @@ def load_params(path: str | os.PathLike = "params.yaml", profile: str | None = N
     # is caught on a laptop before it costs a GPU job.
     sections = {name: _validate(ProfileParams, raw[name], path, name) for name in PROFILES if name in raw}
     return Params(profile=profile, common=common, active=sections[profile], source=str(path))
+
+
+def workflow_config(params: Params, rollout: RolloutParams, n_candidates: int):
+    """The agents' WorkflowConfig from the protocol constants and one rollout section."""
+    from pipeline.agents.config import WorkflowConfig
+
+    proto = params.common.protocol
+    return WorkflowConfig(
+        cascade_steps=proto.cascade_steps,
+        hierarchy_steps=proto.hierarchy_steps,
+        max_waves=proto.max_waves,
+        max_parallel=proto.max_parallel,
+        top_k=proto.top_k,
+        n_candidates=n_candidates,
+        max_searcher_turns=rollout.max_searcher_turns,
+        leader_max_new_tokens=rollout.leader_max_new_tokens,
+        searcher_max_new_tokens=rollout.searcher_max_new_tokens,
+        answerer_max_new_tokens=rollout.answerer_max_new_tokens,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+    )

@@ -17,10 +17,7 @@ from pipeline.tracking import stage_run
 def _world(params: Params):
     from pipeline.data.world import WorldConfig, generate_world
 
-    try:
-        cfg = WorldConfig(**params.data.world)
-    except TypeError as e:
-        raise InputError(f"{params.source}: {params.profile}.data.world: {e}") from None
+    cfg = WorldConfig.from_dict(dict(params.data.world), where=f"{params.source}: {params.profile}.data.world")
     return generate_world(cfg)
 
 

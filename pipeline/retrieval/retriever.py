@@ -1,0 +1,93 @@
+"""Dense retrieval over a faiss inner-product index: one encoder batch + one faiss search."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipeline.io import InputError
+from pipeline.retrieval.base import Passage
+from pipeline.retrieval.encoders import Encoder, make_encoder
+from pipeline.retrieval.index import PASSAGE_COLUMNS, LoadedIndex, load_index
+
+
+def check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k: expected an integer >= 1, got {k!r}")
+    return int(k)
+
+
+class DenseRetriever:
+    """Retriever protocol implementation: E5 queries against a flat IP faiss index."""
+
+    def __init__(self, index: Any, passages: pa.Table | pd.DataFrame, encoder: Encoder | None) -> None:
+        table = passages if isinstance(passages, pa.Table) else pa.Table.from_pandas(
+            passages, preserve_index=False)
+        missing = [c for c in PASSAGE_COLUMNS if c not in table.column_names]
+        if missing:
+            raise InputError(f"passages: missing column(s) {missing}; expected {list(PASSAGE_COLUMNS)}")
+        if table.num_rows != index.ntotal:
+            raise InputError(f"passages: {table.num_rows} rows but the index holds {index.ntotal} vectors")
+        if encoder is not None and encoder.dim != index.d:
+            raise InputError(f"encoder {encoder.name!r}: dim {encoder.dim} != index dimension {index.d}")
+        self.index = index
+        self.passages = table.select(list(PASSAGE_COLUMNS))
+        self.encoder = encoder
+        self._search_lock = threading.Lock()  # faiss GPU indexes are not thread-safe
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedIndex, encoder: Encoder | None) -> "DenseRetriever":
+        return cls(loaded.index, loaded.passages, encoder)
+
+    @classmethod
+    def from_dir(cls, index_dir: str | Path, encoder: Encoder | None = None) -> "DenseRetriever":
+        """Open a build_index folder; the encoder is made from index.json's name when None."""
+        loaded = load_index(index_dir)
+        if encoder is None:
+            name = loaded.meta.get("encoder")
+            if not isinstance(name, str):
+                raise InputError(f"{Path(index_dir) / 'index.json'}: field 'encoder' missing")
+            encoder = make_encoder(name)
+        return cls.from_loaded(loaded, encoder)
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        """Top-k passages per query, best first (all queries encoded in one batch)."""
+        k = check_k(k)
+        if isinstance(queries, str):
+            raise InputError("queries: expected a sequence of strings, got a single string")
+        queries = list(queries)
+        if not queries:
+            return []
+        if self.encoder is None:
+            raise InputError("DenseRetriever: no encoder; use search_vectors or pass an encoder")
+        # Rollouts of one question often repeat a query: encode each distinct string once.
+        unique = list(dict.fromkeys(queries))
+        hits = self.search_vectors(self.encoder.encode_queries(unique), k)
+        by_query = dict(zip(unique, hits))
+        return [list(by_query[q]) for q in queries]
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Passage]]:
+        """Top-k passages for precomputed (n, dim) query vectors, best first."""
+        k = check_k(k)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.index.d:
+            raise InputError(f"vectors: expected shape (n, {self.index.d}), got {vectors.shape}")
+        if vectors.shape[0] == 0:
+            return []
+        with self._search_lock:
+            scores, ids = self.index.search(vectors, min(k, self.index.ntotal))
+        valid = ids >= 0  # faiss pads with -1 when fewer than k hits exist
+        rows = self.passages.take(pa.array(ids[valid], pa.int64())).to_pylist()
+        flat_scores = scores[valid].tolist()
+        out: list[list[Passage]] = []
+        cursor = 0
+        for count in valid.sum(axis=1).tolist():
+            out.append([Passage(r["id"], r["title"], r["text"], float(s))
+                        for r, s in zip(rows[cursor:cursor + count], flat_scores[cursor:cursor + count])])
+            cursor += count
+        return out

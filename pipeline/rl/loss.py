@@ -1,0 +1,79 @@
+"""PPO clipped surrogate (SPEC 6) via verl's `vanilla` policy loss, and the minibatch split."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss_vanilla
+from verl.workers.config import ActorConfig
+
+from pipeline.io import InputError
+
+LOSS_AGG_MODE = "token-mean"
+N_MINIBATCHES = 5
+
+
+@lru_cache(maxsize=16)
+def actor_config(clip_ratio: float = 0.2, clip_ratio_c: float = 3.0) -> ActorConfig:
+    """The verl ActorConfig that `compute_policy_loss_vanilla` reads (symmetric clip, dual clip c)."""
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=clip_ratio,
+        clip_ratio_low=clip_ratio,
+        clip_ratio_high=clip_ratio,
+        clip_ratio_c=clip_ratio_c,
+        loss_agg_mode=LOSS_AGG_MODE,
+    )
+
+
+def policy_loss(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    entropy_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """loss = token-mean clipped PPO surrogate - entropy_coef * token-mean entropy, over loss tokens.
+
+    All tensors are (bs, L); `entropy` is the per-token policy entropy. The token mean runs over
+    this minibatch's loss tokens. Metrics: pg_loss, pg_clipfrac, pg_clipfrac_lower, ppo_kl
+    (approximate KL old->new, mean of old - new), entropy.
+    """
+    if loss_mask.sum() == 0:
+        raise InputError("loss_mask: the minibatch has no loss token")
+    mask = loss_mask.to(new_logp.dtype)
+    pg_loss, verl_metrics = compute_policy_loss_vanilla(
+        old_log_prob=old_logp,
+        log_prob=new_logp,
+        advantages=advantages,
+        response_mask=mask,
+        loss_agg_mode=LOSS_AGG_MODE,
+        config=actor_config(clip_ratio, clip_ratio_c),
+    )
+    mean_entropy = agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=LOSS_AGG_MODE)
+    loss = pg_loss - entropy_coef * mean_entropy
+    metrics = {
+        "pg_loss": pg_loss.detach().item(),
+        "pg_clipfrac": verl_metrics["actor/pg_clipfrac"],
+        "pg_clipfrac_lower": verl_metrics["actor/pg_clipfrac_lower"],
+        "ppo_kl": verl_metrics["actor/ppo_kl"],
+        "entropy": mean_entropy.detach().item(),
+    }
+    return loss, metrics
+
+
+def minibatches(n_samples: int, n_minibatches: int = N_MINIBATCHES, seed: int = 0) -> list[np.ndarray]:
+    """Shuffle sample indices 0..n_samples-1 with `seed` and split them into `n_minibatches`
+    near-equal parts (one optimizer update each, one pass over the rollout batch)."""
+    if n_minibatches < 1 or n_samples < n_minibatches:
+        raise InputError(f"n_samples: expected at least n_minibatches={n_minibatches} samples, got {n_samples}")
+    order = np.random.default_rng(seed).permutation(n_samples)
+    return [part for part in np.array_split(order, n_minibatches)]

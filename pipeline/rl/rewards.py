@@ -1,0 +1,257 @@
+"""Rewards of SPEC section 5 as pure functions over the samples table.
+
+Each function returns a copy of `samples` with columns added; `reward` is filled
+role by role and ends as exactly the value that enters the advantage (after the
+KL-in-reward term). Searchers trained by OPD have no scalar reward: NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+from verl.trainer.ppo.core_algos import kl_penalty
+
+from pipeline.data.normalize import normalize_answer
+from pipeline.io import InputError
+from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
+from pipeline.rl.modes import KL_ROLES, NO_KL_MODES, ROLE_POLICY, TEACHER_REQUIRED, WORKFLOW, check_mode
+
+OUTCOME_WEIGHT = 0.9  # weight of R_EM in the Stage I Searcher and Leader rewards
+SEARCH_BONUS_WEIGHT = 0.1
+C_TOOL_CAP = 6
+CRITIC_WEIGHT = 0.5  # prompted critic: R_S = 0.5 R_EM + 0.5 score/10
+MALFORMED_REWARD = -1.0
+REWARD_COLUMNS = ("correct", "r_em", "b_s", "judge_score", "kl_to_teacher", "reward")
+
+
+def _flag(samples: pd.DataFrame, column: str) -> np.ndarray:
+    """A bool column as a numpy array; NaN/None is an error, not False."""
+    if samples[column].isna().any():
+        raise InputError(f"samples.{column}: expected bool, found missing values")
+    return samples[column].astype(bool).to_numpy()
+
+
+def _with_role_values(samples: pd.DataFrame, column: str, role: str, values: np.ndarray) -> pd.DataFrame:
+    """Copy of `samples` with `column` set to `values` on `role` rows (NaN-created if absent)."""
+    out = samples.copy()
+    if column not in out.columns:
+        out[column] = np.nan
+    out[column] = out[column].astype(np.float64)
+    out.loc[(out["role"] == role).to_numpy(), column] = values
+    return out
+
+
+def _aliases(value: object, row: int) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise InputError(f"samples.golden_answers: expected a list of str in row {row}, got {type(value).__name__}")
+    return [str(a) for a in value]
+
+
+def is_correct(answer: str, golden_answers: Iterable[str]) -> bool:
+    """Normalised exact match against any alias; an answer normalising to "" is never correct."""
+    norm = normalize_answer(answer)
+    return bool(norm) and norm in {normalize_answer(g) for g in golden_answers}
+
+
+def answerer_correctness(samples: pd.DataFrame) -> pd.DataFrame:
+    """Add `correct` = c_ij (1.0/0.0) on Answerer rows, NaN elsewhere; malformed -> 0."""
+    require_columns(samples, ["role", "answer", "golden_answers", "malformed"], "samples")
+    is_answerer = (samples["role"] == "answerer").to_numpy()
+    malformed = _flag(samples, "malformed")
+    rows = np.flatnonzero(is_answerer)
+    correct = np.array(
+        [
+            0.0
+            if malformed[i]
+            else float(is_correct(str(samples["answer"].iat[i]), _aliases(samples["golden_answers"].iat[i], i)))
+            for i in rows
+        ],
+        dtype=np.float64,
+    )
+    return _with_role_values(samples, "correct", "answerer", correct)
+
+
+def team_outcome(samples: pd.DataFrame) -> pd.DataFrame:
+    """Add `r_em` on every row: max_j c_ij over the trajectory's final answer request, 0 if none."""
+    require_columns(samples, ["trajectory_id", "role", "request_id", "is_final_request", "correct"], "samples")
+    final = samples[(samples["role"] == "answerer").to_numpy() & _flag(samples, "is_final_request")]
+    n_requests = final.groupby("trajectory_id")["request_id"].nunique()
+    if (n_requests > 1).any():
+        raise InputError(
+            f"samples.is_final_request: expected one final request per trajectory, "
+            f"trajectory {n_requests[n_requests > 1].index[0]!r} has {int(n_requests.max())}"
+        )
+    require_finite(final["correct"], "samples.correct", "final Answerer rows")
+    r_em = final.groupby("trajectory_id")["correct"].max()
+    out = samples.copy()
+    out["r_em"] = out["trajectory_id"].map(r_em).fillna(0.0).astype(np.float64)
+    return out
+
+
+def search_bonus(n_search: np.ndarray, reported: np.ndarray) -> np.ndarray:
+    """b_S: 0.5 for exactly one search then a report, 1 for >= 2 searches then a report, else 0."""
+    return np.where(reported & (n_search >= 2), 1.0, np.where(reported & (n_search == 1), 0.5, 0.0))
+
+
+def searcher_stage1_reward(samples: pd.DataFrame) -> pd.DataFrame:
+    """Stage I Searcher: `b_s`, and reward R_S = 0.9 R_EM + 0.1 b_S (malformed -> -1)."""
+    require_columns(samples, ["role", "n_search", "reported", "malformed", "r_em"], "samples")
+    rows = samples[samples["role"] == "searcher"]
+    b_s = search_bonus(rows["n_search"].to_numpy(dtype=np.int64), _flag(rows, "reported"))
+    reward = OUTCOME_WEIGHT * rows["r_em"].to_numpy(dtype=np.float64) + SEARCH_BONUS_WEIGHT * b_s
+    reward = np.where(_flag(rows, "malformed"), MALFORMED_REWARD, reward)
+    out = _with_role_values(samples, "b_s", "searcher", b_s)
+    return _with_role_values(out, "reward", "searcher", reward)
+
+
+def leader_reward(samples: pd.DataFrame) -> pd.DataFrame:
+    """Leader: R_L = 0.9 R_EM + 0.1 min(C_tool, 6)/6, -1 if any Leader call of the trajectory is malformed."""
+    require_columns(samples, ["trajectory_id", "role", "c_tool", "malformed", "r_em"], "samples")
+    rows = samples[samples["role"] == "leader"]
+    c_tool = rows["c_tool"].to_numpy(dtype=np.float64)
+    if (c_tool < 0).any() or not np.isfinite(c_tool).all():
+        raise InputError("samples.c_tool: expected a non-negative integer on Leader rows")
+    if (rows.groupby("trajectory_id")["c_tool"].nunique() > 1).any():
+        raise InputError("samples.c_tool: expected one value per trajectory (a trajectory-level column)")
+    any_malformed = rows.assign(_m=_flag(rows, "malformed")).groupby("trajectory_id")["_m"].transform("any")
+    reward = OUTCOME_WEIGHT * rows["r_em"].to_numpy(dtype=np.float64) + SEARCH_BONUS_WEIGHT * (
+        np.minimum(c_tool, C_TOOL_CAP) / C_TOOL_CAP
+    )
+    reward = np.where(any_malformed.to_numpy(dtype=bool), MALFORMED_REWARD, reward)
+    return _with_role_values(samples, "reward", "leader", reward)
+
+
+def answerer_reward(samples: pd.DataFrame) -> pd.DataFrame:
+    """Answerer candidate: R_A = c_ij; a malformed candidate gets -1 (SPEC 5.1, our choice)."""
+    require_columns(samples, ["role", "malformed", "correct"], "samples")
+    rows = samples[samples["role"] == "answerer"]
+    reward = np.where(_flag(rows, "malformed"), MALFORMED_REWARD, rows["correct"].to_numpy(dtype=np.float64))
+    return _with_role_values(samples, "reward", "answerer", reward)
+
+
+def outcome_searcher_reward(samples: pd.DataFrame) -> pd.DataFrame:
+    """Outcome-RL Searcher ablation: R_S = R_EM of the trajectory (no malformed penalty: SPEC 5.4
+    asks for the same value on all Searcher tokens of a trajectory)."""
+    require_columns(samples, ["role", "r_em"], "samples")
+    rows = samples[samples["role"] == "searcher"]
+    return _with_role_values(samples, "reward", "searcher", rows["r_em"].to_numpy(dtype=np.float64))
+
+
+def prompted_critic_searcher_reward(samples: pd.DataFrame) -> pd.DataFrame:
+    """Prompted critic: R_S = 0.5 R_EM + 0.5 judge_score/10 (malformed -> -1); judge_score in 0..10."""
+    require_columns(samples, ["role", "malformed", "r_em", "judge_score"], "samples")
+    rows = samples[samples["role"] == "searcher"]
+    malformed = _flag(rows, "malformed")
+    score = rows["judge_score"].to_numpy(dtype=np.float64)
+    ok = ~malformed
+    if not np.isfinite(score[ok]).all() or ((score[ok] < 0) | (score[ok] > 10)).any():
+        raise InputError("samples.judge_score: expected a number in 0..10 on every well-formed Searcher row")
+    reward = CRITIC_WEIGHT * rows["r_em"].to_numpy(dtype=np.float64) + CRITIC_WEIGHT * score / 10.0
+    reward = np.where(malformed, MALFORMED_REWARD, reward)
+    return _with_role_values(samples, "reward", "searcher", reward)
+
+
+def _kl_by_sample(samples: pd.DataFrame, tokens: pd.DataFrame) -> pd.DataFrame:
+    """Per Leader/Answerer sample: n_loss, n_scored (loss tokens with a teacher_logp) and
+    kl = sum over loss tokens of verl's "kl" estimate, old_logp - teacher_logp."""
+    rows = samples[samples["role"].isin(KL_ROLES)]
+    tok = tokens[tokens["sample_id"].isin(rows["sample_id"]) & (tokens["loss_mask"].to_numpy() == 1)]
+    old = torch.tensor(tok["old_logp"].to_numpy(dtype=np.float64))
+    teacher = torch.tensor(tok["teacher_logp"].to_numpy(dtype=np.float64))
+    per_token = kl_penalty(old, teacher, kl_penalty="kl").numpy()
+    frame = pd.DataFrame({"sample_id": tok["sample_id"].to_numpy(), "kl": per_token, "scored": ~np.isnan(per_token)})
+    stats = frame.groupby("sample_id").agg(kl=("kl", "sum"), n_scored=("scored", "sum"), n_loss=("scored", "size"))
+    stats = stats.reindex(rows["sample_id"].to_numpy(), fill_value=0)
+    mixed = stats[(stats["n_scored"] > 0) & (stats["n_scored"] < stats["n_loss"])]
+    if len(mixed):
+        raise InputError(f"tokens.teacher_logp: NaN on some loss tokens of sample {mixed.index[0]!r}")
+    stats["unscored"] = (stats["n_loss"] > 0) & (stats["n_scored"] == 0)
+    stats["role"] = rows["role"].to_numpy()
+    stats["trajectory_id"] = rows["trajectory_id"].to_numpy()
+    return stats
+
+
+def kl_in_reward(
+    samples: pd.DataFrame,
+    tokens: pd.DataFrame,
+    coef: float = 1e-3,
+    *,
+    require_teacher: bool = False,
+) -> pd.DataFrame:
+    """KL to the Teacher in the Leader and Answerer rewards (SPEC 5.2, verl use_kl_in_reward, "kl").
+
+    kl_to_teacher = sum over loss tokens of (old_logp - teacher_logp); reward -= coef * kl_to_teacher.
+    Answerer: per sample. Leader: summed over all Leader samples of the trajectory, because the
+    Leader's reward and advantage are one value per trajectory (SPEC 5.2); every Leader row of the
+    trajectory carries that sum. Loss tokens all NaN in teacher_logp = no Teacher: kl_to_teacher NaN
+    and reward unchanged (an error when `require_teacher`). A sample without loss tokens adds 0.
+    Apply once: the function refuses a table whose kl_to_teacher is already filled.
+    """
+    require_columns(samples, ["sample_id", "trajectory_id", "role", "reward"], "samples")
+    require_columns(tokens, ["sample_id", "loss_mask", "old_logp", "teacher_logp"], "tokens")
+    require_unique(samples, "sample_id", "samples")
+    if "kl_to_teacher" in samples.columns and samples["kl_to_teacher"].notna().any():
+        raise InputError("samples.kl_to_teacher: already filled; the KL term must be applied once")
+    stats = _kl_by_sample(samples, tokens)
+    if require_teacher and stats["unscored"].any():
+        raise InputError(
+            f"tokens.teacher_logp: expected Teacher log-probs on the loss tokens of {stats.index[stats['unscored']][0]!r}"
+        )
+    kl = stats["kl"].where(~stats["unscored"]).astype(np.float64)
+    leader = stats[stats["role"] == "leader"]
+    per_traj = leader.groupby("trajectory_id").agg(kl=("kl", "sum"), unscored=("unscored", "sum"),
+                                                   scored=("n_scored", "sum"))
+    if ((per_traj["unscored"] > 0) & (per_traj["scored"] > 0)).any():
+        raise InputError("tokens.teacher_logp: a trajectory has Leader samples with and without Teacher scores")
+    traj_kl = per_traj["kl"].where(per_traj["unscored"] == 0)
+    kl.loc[leader.index] = leader["trajectory_id"].map(traj_kl).to_numpy(dtype=np.float64)
+    out = samples.copy()
+    out["kl_to_teacher"] = out["sample_id"].map(kl).astype(np.float64)
+    has = out["kl_to_teacher"].notna().to_numpy()
+    require_finite(out.loc[has, "reward"], "samples.reward", "Leader/Answerer rows before the KL term")
+    out.loc[has, "reward"] = out.loc[has, "reward"] - coef * out.loc[has, "kl_to_teacher"]
+    return out
+
+
+_SEARCHER_REWARD = {
+    "stage1": searcher_stage1_reward,
+    "outcome_rl_searcher": outcome_searcher_reward,
+    "prompted_critic": prompted_critic_searcher_reward,
+}
+
+
+def compute_rewards(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, kl_coef: float = 1e-3) -> pd.DataFrame:
+    """All reward columns for one rollout batch in `mode` (see pipeline.rl.modes).
+
+    Adds correct, r_em, b_s, judge_score (kept from the input in prompted_critic, else NaN),
+    kl_to_teacher and reward. Searchers in opd / base_teacher / no_searcher_supervision get
+    reward NaN (no scalar reward). KL-in-reward: never in stage1 (no Teacher yet); required in
+    opd and base_teacher; elsewhere applied only where teacher_logp is present.
+    """
+    check_mode(mode)
+    require_columns(samples, ["sample_id", "trajectory_id", "workflow", "role"], "samples")
+    require_roles(samples, ROLE_POLICY[mode], f"mode {mode}")
+    bad_workflow = samples["workflow"] != WORKFLOW[mode]
+    if bad_workflow.any():
+        raise InputError(
+            f"samples.workflow: mode {mode} expects {WORKFLOW[mode]!r}, found {samples['workflow'][bad_workflow].iloc[0]!r}"
+        )
+    keep_judge = mode == "prompted_critic"
+    out = samples.drop(columns=[c for c in REWARD_COLUMNS if c in samples.columns and not (keep_judge and c == "judge_score")])
+    if not keep_judge:
+        out["judge_score"] = np.nan
+    out["b_s"] = np.nan
+    out["reward"] = np.nan
+    out = team_outcome(answerer_correctness(out))
+    out = answerer_reward(out)
+    if "leader" in ROLE_POLICY[mode]:
+        out = leader_reward(out)
+    if mode in _SEARCHER_REWARD:
+        out = _SEARCHER_REWARD[mode](out)
+    if mode in NO_KL_MODES:
+        out["kl_to_teacher"] = np.nan
+        return out
+    return kl_in_reward(out, tokens, kl_coef, require_teacher=mode in TEACHER_REQUIRED)

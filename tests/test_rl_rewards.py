@@ -1,0 +1,244 @@
+"""Rewards of SPEC 5 on small hand-made samples/tokens tables (docs/contracts.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.io import InputError
+from pipeline.rl.rewards import (
+    answerer_correctness,
+    answerer_reward,
+    compute_rewards,
+    kl_in_reward,
+    leader_reward,
+    prompted_critic_searcher_reward,
+    search_bonus,
+    searcher_stage1_reward,
+    team_outcome,
+)
+
+
+def srow(sample_id: str, role: str, traj: str = "q1/t0", **kw) -> dict:
+    row = dict(
+        sample_id=sample_id, question_id=traj.split("/")[0], trajectory_id=traj, workflow="hierarchy",
+        role=role, call_id=0, agent_id=role, request_id="", candidate_id=-1, malformed=False,
+        n_search=0, reported=False, answer="", golden_answers=["Paris", "City of Light"], c_tool=0,
+        is_final_request=False, action="",
+    )
+    row.update(kw)
+    return row
+
+
+def trows(sample_id: str, role: str, old: list[float], teacher: list[float], mask: list[int]) -> list[dict]:
+    return [
+        dict(sample_id=sample_id, pos=i, token_id=i, role=role, source="generated" if m else "observation",
+             loss_mask=m, old_logp=o, teacher_logp=t, advantage=0.0)
+        for i, (o, t, m) in enumerate(zip(old, teacher, mask))
+    ]
+
+
+def cand(traj: str, k: int, answer: str, n: int = 0, final: bool = True, **kw) -> dict:
+    return srow(f"{traj}/c9/k{k}", "answerer", traj, request_id=f"{traj}/a{n}", candidate_id=k,
+                answer=answer, is_final_request=final, call_id=9, **kw)
+
+
+def test_correctness_normalised_match_against_every_alias():
+    s = pd.DataFrame([
+        cand("q1/t0", 0, "The city of light!"), cand("q1/t0", 1, "paris."), cand("q1/t0", 2, "Lyon"),
+        cand("q1/t0", 3, "Paris", malformed=True), srow("q1/t0/c0", "leader"),
+    ])
+    out = answerer_correctness(s)
+    assert out["correct"].tolist()[:4] == [1.0, 1.0, 0.0, 0.0]
+    assert math.isnan(out["correct"].iloc[4])
+
+
+def test_empty_answer_is_never_correct_even_against_an_empty_alias():
+    s = pd.DataFrame([cand("q1/t0", 0, "", golden_answers=["the"]), cand("q1/t0", 1, "a", golden_answers=["the"])])
+    assert answerer_correctness(s)["correct"].tolist() == [0.0, 0.0]
+
+
+def test_bad_golden_answers_raise_naming_the_column():
+    with pytest.raises(InputError, match="golden_answers"):
+        answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris", golden_answers="Paris")]))
+
+
+def test_team_outcome_is_max_over_final_request_only():
+    s = pd.DataFrame([
+        cand("q1/t0", 0, "Lyon"), cand("q1/t0", 1, "Paris"), srow("q1/t0/c0", "leader"),
+        cand("q1/t1", 0, "Paris", n=0, final=False), cand("q1/t1", 1, "Lyon", n=1),
+        srow("q1/t2/c0", "leader", "q1/t2"),
+    ])
+    out = team_outcome(answerer_correctness(s)).set_index("sample_id")["r_em"]
+    assert out["q1/t0/c0"] == 1.0 and out["q1/t0/c9/k0"] == 1.0
+    assert out["q1/t1/c9/k0"] == 0.0  # a right answer in a non-final request does not count
+    assert out["q1/t2/c0"] == 0.0  # no answer request at all
+
+
+def test_team_outcome_rejects_two_final_requests():
+    s = answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris", n=0), cand("q1/t0", 1, "Paris", n=1)]))
+    with pytest.raises(InputError, match="is_final_request"):
+        team_outcome(s)
+
+
+@pytest.mark.parametrize(
+    "n_search, reported, expected",
+    [(0, True, 0.0), (1, True, 0.5), (2, True, 1.0), (5, True, 1.0), (3, False, 0.0), (1, False, 0.0)],
+)
+def test_search_bonus_values(n_search, reported, expected):
+    assert search_bonus(np.array([n_search]), np.array([reported]))[0] == expected
+
+
+def test_stage1_searcher_reward_and_malformed():
+    s = pd.DataFrame([
+        srow("a", "searcher", "q1/t0", n_search=1, reported=True, r_em=1.0, workflow="cascade"),
+        srow("b", "searcher", "q1/t1", n_search=2, reported=True, r_em=0.0, workflow="cascade"),
+        srow("c", "searcher", "q1/t2", n_search=4, reported=True, r_em=1.0, malformed=True, workflow="cascade"),
+        srow("d", "answerer", "q1/t0", r_em=1.0, workflow="cascade"),
+    ])
+    out = searcher_stage1_reward(s)
+    assert out["reward"].iloc[0] == pytest.approx(0.9 * 1 + 0.1 * 0.5)
+    assert out["reward"].iloc[1] == pytest.approx(0.9 * 0 + 0.1 * 1.0)
+    assert out["reward"].iloc[2] == -1.0
+    assert out["b_s"].tolist()[:3] == [0.5, 1.0, 1.0] and math.isnan(out["b_s"].iloc[3])
+    assert math.isnan(out["reward"].iloc[3])
+
+
+def test_leader_reward_caps_c_tool_and_any_malformed_call_gives_minus_one():
+    s = pd.DataFrame([
+        srow("a0", "leader", "q1/t0", c_tool=9, r_em=1.0), srow("a1", "leader", "q1/t0", c_tool=9, r_em=1.0),
+        srow("b0", "leader", "q1/t1", c_tool=3, r_em=0.0),
+        srow("c0", "leader", "q1/t2", c_tool=2, r_em=1.0),
+        srow("c1", "leader", "q1/t2", c_tool=2, r_em=1.0, malformed=True),
+    ])
+    out = leader_reward(s)["reward"].tolist()
+    assert out[0] == out[1] == pytest.approx(0.9 + 0.1 * 1.0)
+    assert out[2] == pytest.approx(0.1 * 3 / 6)
+    assert out[3] == out[4] == -1.0
+
+
+def test_answerer_reward_is_correctness_or_minus_one():
+    s = answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris"), cand("q1/t0", 1, "Lyon"),
+                                           cand("q1/t0", 2, "Paris", malformed=True)]))
+    assert answerer_reward(s)["reward"].tolist() == [1.0, 0.0, -1.0]
+
+
+def test_prompted_critic_searcher_reward():
+    s = pd.DataFrame([
+        srow("a", "searcher", r_em=1.0, judge_score=7.0),
+        srow("b", "searcher", r_em=0.0, judge_score=10.0),
+        srow("c", "searcher", r_em=1.0, judge_score=np.nan, malformed=True),
+    ])
+    assert prompted_critic_searcher_reward(s)["reward"].tolist() == pytest.approx([0.5 + 0.5 * 0.7, 0.5, -1.0])
+    with pytest.raises(InputError, match="judge_score"):
+        prompted_critic_searcher_reward(s.assign(malformed=False))
+
+
+def _kl_case() -> tuple[pd.DataFrame, pd.DataFrame]:
+    s = pd.DataFrame([
+        srow("L0", "leader", "q1/t0", reward=0.5), srow("L1", "leader", "q1/t0", reward=0.5),
+        srow("A0", "answerer", "q1/t0", reward=1.0), srow("S0", "searcher", "q1/t0", reward=np.nan),
+    ])
+    t = pd.DataFrame(
+        trows("L0", "leader", [-1.0, -0.5], [-2.0, -0.25], [1, 1])
+        + trows("L1", "leader", [-0.1, -9.0], [-0.4, np.nan], [1, 0])
+        + trows("A0", "answerer", [-1.0, -2.0, -3.0], [-1.5, -1.0, -30.0], [1, 1, 0])
+        + trows("S0", "searcher", [-1.0], [-5.0], [1])
+    )
+    return s, t
+
+
+@pytest.mark.parametrize("coef", [1e-3, 0.5])
+def test_kl_in_reward_sums_loss_tokens_and_leader_trajectory(coef):
+    s, t = _kl_case()
+    out = kl_in_reward(s, t, coef).set_index("sample_id")
+    leader_kl = ((-1.0 + 2.0) + (-0.5 + 0.25)) + (-0.1 + 0.4)  # both Leader calls of the trajectory
+    answerer_kl = (-1.0 + 1.5) + (-2.0 + 1.0)  # the masked third token does not count
+    assert out.loc["L0", "kl_to_teacher"] == pytest.approx(leader_kl)
+    assert out.loc["L1", "reward"] == pytest.approx(0.5 - coef * leader_kl)
+    assert out.loc["A0", "reward"] == pytest.approx(1.0 - coef * answerer_kl)
+    assert math.isnan(out.loc["S0", "kl_to_teacher"]) and math.isnan(out.loc["S0", "reward"])
+
+
+def test_kl_in_reward_without_teacher_is_a_no_op_or_an_error_when_required():
+    s, t = _kl_case()
+    t = t.assign(teacher_logp=np.nan)
+    out = kl_in_reward(s, t)
+    assert out["reward"].tolist()[:3] == [0.5, 0.5, 1.0] and out["kl_to_teacher"].isna().all()
+    with pytest.raises(InputError, match="teacher_logp"):
+        kl_in_reward(s, t, require_teacher=True)
+
+
+def test_kl_in_reward_rejects_partial_teacher_scores_and_double_application():
+    s, t = _kl_case()
+    t.loc[(t["sample_id"] == "A0") & (t["pos"] == 0), "teacher_logp"] = np.nan
+    with pytest.raises(InputError, match="teacher_logp"):
+        kl_in_reward(s, t)
+    s, t = _kl_case()
+    with pytest.raises(InputError, match="kl_to_teacher"):
+        kl_in_reward(kl_in_reward(s, t), t)
+
+
+def _hierarchy_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
+    s = pd.DataFrame([
+        srow("q1/t0/c0", "leader", c_tool=2), srow("q1/t0/c1", "searcher", n_search=2, reported=True,
+                                                   judge_score=4.0),
+        cand("q1/t0", 0, "Paris", c_tool=2), cand("q1/t0", 1, "Rome", c_tool=2),
+    ])
+    t = pd.DataFrame(
+        trows("q1/t0/c0", "leader", [-1.0], [-1.2], [1]) + trows("q1/t0/c1", "searcher", [-1.0, -2.0], [-0.5, np.nan], [1, 0])
+        + trows("q1/t0/c9/k0", "answerer", [-0.3], [-0.1], [1]) + trows("q1/t0/c9/k1", "answerer", [-0.3], [-0.9], [1])
+    )
+    return s, t
+
+
+def test_compute_rewards_opd_mode():
+    s, t = _hierarchy_batch()
+    out = compute_rewards(s, t, "opd").set_index("sample_id")
+    assert out.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * (-1.0 + 1.2))
+    assert out.loc["q1/t0/c9/k0", "reward"] == pytest.approx(1.0 - 1e-3 * (-0.3 + 0.1))
+    assert out.loc["q1/t0/c9/k1", "reward"] == pytest.approx(0.0 - 1e-3 * (-0.3 + 0.9))
+    assert math.isnan(out.loc["q1/t0/c1", "reward"])  # OPD Searchers have no scalar reward
+    assert out["r_em"].tolist() == [1.0] * 4
+
+
+def test_compute_rewards_prompted_critic_and_outcome_rl_modes():
+    s, t = _hierarchy_batch()
+    critic = compute_rewards(s, t, "prompted_critic").set_index("sample_id")
+    assert critic.loc["q1/t0/c1", "reward"] == pytest.approx(0.5 + 0.5 * 4 / 10)
+    outcome = compute_rewards(s, t.assign(teacher_logp=np.nan), "outcome_rl_searcher").set_index("sample_id")
+    assert outcome.loc["q1/t0/c1", "reward"] == 1.0
+    assert outcome.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6)  # no Teacher -> no KL
+    assert math.isnan(outcome.loc["q1/t0/c1", "judge_score"])
+
+
+def test_compute_rewards_stage1_has_no_kl_and_checks_the_workflow():
+    s = pd.DataFrame([
+        srow("q1/t0/c0", "searcher", n_search=1, reported=True, workflow="cascade"),
+        cand("q1/t0", 0, "Paris", workflow="cascade"),
+    ])
+    t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-3.0], [1]) + trows("q1/t0/c9/k0", "answerer", [-1.0], [-3.0], [1]))
+    out = compute_rewards(s, t, "stage1")
+    assert out["reward"].tolist() == pytest.approx([0.9 + 0.05, 1.0])
+    assert out["kl_to_teacher"].isna().all()
+    with pytest.raises(InputError, match="workflow"):
+        compute_rewards(s, t, "opd")
+    with pytest.raises(InputError, match="mode"):
+        compute_rewards(s, t, "grpo")
+    with pytest.raises(InputError, match="golden_answers"):
+        compute_rewards(s.drop(columns="golden_answers"), t, "stage1")
+
+
+def test_compute_rewards_opd_requires_the_teacher():
+    s, t = _hierarchy_batch()
+    with pytest.raises(InputError, match="teacher_logp"):
+        compute_rewards(s, t.assign(teacher_logp=np.nan), "opd")
+
+
+def test_leader_reward_rejects_c_tool_that_varies_inside_a_trajectory():
+    s = pd.DataFrame([srow("a0", "leader", "q1/t0", c_tool=1, r_em=1.0), srow("a1", "leader", "q1/t0", c_tool=2, r_em=1.0)])
+    with pytest.raises(InputError, match="c_tool"):
+        leader_reward(s)
