@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,19 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def copy_repo(dest: Path, profile: str) -> None:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
-    for rel in files:
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    params = dest / "params.yaml"
-    params.write_text(re.sub(r"(?m)^profile: .*$", f"profile: {profile}", params.read_text()))
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+from pipeline.workspace import copy_repo  # noqa: E402
 
 
 def timed(cmd: list[str], cwd: Path, env: dict) -> float:

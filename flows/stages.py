@@ -44,7 +44,9 @@ def pool_for(stage: str) -> str:
 @task(name="dvc-repro", task_run_name="{stage}")
 def repro_stage(stage: str, root: str) -> str:
     logger = get_run_logger()
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    # Stage commands call `python`: make it this interpreter, whatever PATH the worker has.
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run([dvc_executable(), "repro", "--single-item", stage], cwd=root, env=env,
                           capture_output=True, text=True)
     for line in (proc.stdout + proc.stderr).splitlines()[-40:]:

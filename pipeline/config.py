@@ -181,10 +181,19 @@ class TrainParams(_Strict):
     systems: TrainSystems
 
 
+class MaskAuditParams(_Strict):
+    """The `validate_masks` stage: a small rollout of the base model in both workflows."""
+
+    questions: int = Field(gt=0)
+    trajectories: int = Field(gt=0)
+    seed: int
+
+
 class ProfileParams(_Strict):
     data: DataParams
     index: IndexParams
     eval: EvalParams
+    validate_masks: MaskAuditParams
     train: TrainParams
 
 
@@ -205,6 +214,10 @@ class Params(_Strict):
     @property
     def eval(self) -> EvalParams:
         return self.active.eval
+
+    @property
+    def validate_masks(self) -> MaskAuditParams:
+        return self.active.validate_masks
 
     @property
     def train(self) -> TrainParams:

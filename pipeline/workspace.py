@@ -1,0 +1,26 @@
+"""A scratch copy of the repository (tracked and untracked-but-not-ignored files, no data/)
+with a chosen profile: what benchmarks and end-to-end tests run `dvc repro` in."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def copy_repo(dest: Path, profile: str, root: Path = REPO_ROOT) -> Path:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    for rel in files:
+        src = root / rel
+        if src.is_file() and not rel.startswith(("data/", "reports/")):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    params = dest / "params.yaml"
+    params.write_text(re.sub(r"(?m)^profile: .*$", f"profile: {profile}", params.read_text()))
+    (dest / "dvc.lock").unlink(missing_ok=True)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    return dest
