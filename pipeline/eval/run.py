@@ -1,0 +1,183 @@
+"""The 4-run evaluation of one system (SPEC section 7), resumable shard by shard.
+
+Questions are cut, in file order, into shards of `shard_questions`. One rollout per
+shard runs every question `runs` times (n_traj = runs; trajectory k is run k) with one
+Answerer candidate. Each finished shard is written atomically to
+`<out_dir>/shards/shard-00007.parquet`; a restarted evaluation skips the shards already
+there, and `<out_dir>/records.parquet` is the concatenation of all shards.
+
+`<out_dir>/shards/fingerprint.json` holds a hash of everything that determines the
+records (questions, workflow config, runs, shard size, seed, system, and the caller's
+extra parts such as the model weights); when it differs, the old shards are discarded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from pipeline.agents.config import WorkflowConfig
+from pipeline.agents.records import trajectory_table
+from pipeline.agents.workflows import _question_rows, run_workflow
+from pipeline.eval.scoring import score_trajectories
+from pipeline.io import InputError, write_json, write_parquet
+from pipeline.policy.base import PolicyBackend
+from pipeline.retrieval.base import Retriever
+
+FINGERPRINT_FILE = "fingerprint.json"
+ShardHook = Callable[[int, pd.DataFrame], None]
+
+
+@dataclasses.dataclass
+class EvalResult:
+    records: pd.DataFrame
+    shards: int  # shards in total
+    computed: int  # shards run in this call
+    reused: int  # finished shards found on disk and kept
+    seconds: float
+
+
+def shard_seed(seed: int, system: str, shard: int) -> int:
+    """Sampling seed of one shard: a stable hash of (eval seed, system, shard index)."""
+    digest = hashlib.sha256(f"{seed}/{system}/{shard}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**31
+
+
+def shard_path(out_dir: Path, shard: int) -> Path:
+    return Path(out_dir) / "shards" / f"shard-{shard:05d}.parquet"
+
+
+def hash_files(paths: Iterable[Path], chunk: int = 1 << 20) -> str:
+    """sha256 over the names, sizes and contents of `paths` (in sorted name order)."""
+    h = hashlib.sha256()
+    for path in sorted(Path(p) for p in paths):
+        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as f:
+            while block := f.read(chunk):
+                h.update(block)
+    return h.hexdigest()
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """Hash of a model folder's weight, config and tokenizer files."""
+    model_dir = Path(model_dir)
+    suffixes = (".json", ".safetensors", ".bin", ".model", ".txt", ".jinja")
+    files = [p for p in model_dir.iterdir() if p.is_file() and p.suffix in suffixes]
+    if not files:
+        raise InputError(f"{model_dir}: no weight or config files to evaluate")
+    return hash_files(files)
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _fingerprint(rows: list[dict], cfg: WorkflowConfig, runs: int, shard_questions: int,
+                 seed: int, system: str, workflow: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    parts = {
+        "questions": _digest(rows), "config": dataclasses.asdict(cfg), "runs": runs,
+        "shard_questions": shard_questions, "seed": seed, "system": system, "workflow": workflow,
+        "extra": dict(extra),
+    }
+    return {"fingerprint": _digest(parts), "parts": parts}
+
+
+def _prepare_shard_dir(shard_dir: Path, fingerprint: dict[str, Any]) -> None:
+    """Keep finished shards only when they were made with the same fingerprint."""
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    stored_path = shard_dir / FINGERPRINT_FILE
+    stored = None
+    if stored_path.is_file():
+        try:
+            stored = json.loads(stored_path.read_text()).get("fingerprint")
+        except (ValueError, AttributeError):
+            stored = None
+    if stored != fingerprint["fingerprint"]:
+        for old in shard_dir.glob("shard-*.parquet"):
+            old.unlink()
+        write_json(stored_path, fingerprint)
+
+
+def _finished(path: Path, rows: list[dict], runs: int) -> bool:
+    """A shard file on disk that holds exactly the expected (question_id, run) pairs."""
+    if not path.is_file():
+        return False
+    try:
+        done = pd.read_parquet(path, columns=["question_id", "run"])
+    except Exception:  # a foreign or damaged file: recompute the shard
+        return False
+    expected = {(r["question_id"], k) for r in rows for k in range(runs)}
+    got = list(zip(done["question_id"], done["run"].astype(int)))
+    return len(got) == len(expected) and set(got) == expected
+
+
+def evaluate_shard(rows: list[dict], backend: PolicyBackend, retriever: Retriever, cfg: WorkflowConfig,
+                   workflow: str, system: str, runs: int, seed: int) -> pd.DataFrame:
+    """One rollout of `runs` trajectories per question, scored into records."""
+    rollout = run_workflow(workflow, rows, backend, retriever, cfg, n_traj=runs, seed=seed)
+    golden = {r["question_id"]: r["golden_answers"] for r in rows}
+    return score_trajectories(trajectory_table(rollout), golden, system)
+
+
+def evaluate_system(
+    questions: pd.DataFrame | list[dict],
+    backend: PolicyBackend,
+    retriever: Retriever,
+    cfg: WorkflowConfig,
+    runs: int,
+    shard_questions: int,
+    out_dir: str | Path,
+    seed: int,
+    *,
+    system: str,
+    workflow: str,
+    fingerprint_extra: Mapping[str, Any] | None = None,
+    on_shard: ShardHook | None = None,
+    progress: bool = True,
+) -> EvalResult:
+    """Evaluate `system` on every question `runs` times; write shards and records.parquet.
+
+    `on_shard(index, records)` is called after each newly computed shard is on disk
+    (tests use it to simulate a kill). Returns the concatenated records.
+    """
+    if runs < 1 or shard_questions < 1:
+        raise InputError(f"eval: runs and shard_questions must be >= 1, got {runs}, {shard_questions}")
+    if cfg.n_candidates != 1:
+        raise InputError(f"eval: expected 1 Answerer candidate (common.protocol.eval_candidates), got {cfg.n_candidates}")
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    rows = _question_rows(questions)
+    if not rows:
+        raise InputError("eval: no test questions")
+    fingerprint = _fingerprint(rows, cfg, runs, shard_questions, seed, system, workflow, fingerprint_extra or {})
+    _prepare_shard_dir(out_dir / "shards", fingerprint)
+
+    shards = [rows[i : i + shard_questions] for i in range(0, len(rows), shard_questions)]
+    computed = reused = 0
+    bar = tqdm(range(len(shards)), desc=f"evaluate {system}", unit="shard", disable=not progress)
+    for index in bar:
+        path = shard_path(out_dir, index)
+        if _finished(path, shards[index], runs):
+            reused += 1
+            continue
+        records = evaluate_shard(shards[index], backend, retriever, cfg, workflow, system, runs,
+                                 shard_seed(seed, system, index))
+        write_parquet(path, records)
+        computed += 1
+        if on_shard is not None:
+            on_shard(index, records)
+
+    records = pd.concat([pd.read_parquet(shard_path(out_dir, i)) for i in range(len(shards))],
+                        ignore_index=True)
+    if records.duplicated(["question_id", "run"]).any() or len(records) != len(rows) * runs:
+        raise RuntimeError(f"{out_dir}: shards hold {len(records)} records, expected {len(rows) * runs} unique")
+    write_parquet(out_dir / "records.parquet", records)
+    return EvalResult(records, len(shards), computed, reused, time.perf_counter() - start)

@@ -1,0 +1,78 @@
+"""What the report reads from disk: evaluation records, split sizes, the base model's config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from pipeline.eval.records import require_columns
+from pipeline.io import InputError
+from pipeline.systems import SYSTEMS, eval_dir, model_dir
+
+RECORD_COLUMNS = (
+    "system", "question_id", "dataset", "run", "strict_correct", "flexible_correct",
+    "format_failure", "search_actions", "input_tokens", "output_tokens",
+    "has_subtask_and_report", "has_final_answer", "forced_answer",
+)
+MODEL_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
+              "torch_dtype", "dtype")
+
+
+@dataclass
+class LoadedRecords:
+    records: pd.DataFrame  # every present system's records, systems in pipeline.systems order
+    present: list[str]
+    missing: list[str]
+
+
+def load_records(root: Path) -> LoadedRecords:
+    """Read data/eval/<system>/records.parquet of every system that has one."""
+    frames, present, missing = [], [], []
+    for s in SYSTEMS:
+        path = eval_dir(root, s.name) / "records.parquet"
+        if not path.is_file():
+            missing.append(s.name)
+            continue
+        frame = pd.read_parquet(path, columns=None)
+        try:
+            require_columns(frame, RECORD_COLUMNS)
+        except InputError as e:
+            raise InputError(f"{path}: {e}") from None
+        systems = set(frame["system"].unique())
+        if systems != {s.name}:
+            raise InputError(f"{path}: column 'system' holds {sorted(systems)}; expected only {s.name!r}")
+        frames.append(frame[list(RECORD_COLUMNS)])
+        present.append(s.name)
+    records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RECORD_COLUMNS))
+    return LoadedRecords(records, present, missing)
+
+
+def split_sizes(root: Path) -> dict[str, int]:
+    """Row counts of data/splits/{train,dev,test}.parquet (absent splits are left out)."""
+    sizes = {}
+    for name in ("train", "dev", "test"):
+        path = root / "data" / "splits" / f"{name}.parquet"
+        if path.is_file():
+            sizes[name] = pq.ParquetFile(path).metadata.num_rows
+    return sizes
+
+
+def model_summary(root: Path, weights: str = "base") -> dict[str, object]:
+    """Folder and the main config.json fields of a model under data/models/."""
+    folder = model_dir(root, weights)
+    summary: dict[str, object] = {"folder": str(folder.relative_to(root))}
+    config = folder / "config.json"
+    if not config.is_file():
+        summary["status"] = "config.json not found"
+        return summary
+    try:
+        data = json.loads(config.read_text())
+    except ValueError as e:
+        raise InputError(f"{config}: not valid JSON: {e}") from None
+    summary.update({k: data[k] for k in MODEL_KEYS if k in data})
+    return summary

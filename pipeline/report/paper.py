@@ -1,0 +1,148 @@
+"""The generated paper report: Markdown assembled from computed tables, and its HTML."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.report import published as pub
+from pipeline.report import tables as t
+from pipeline.report.mlflow_runs import RunInfo
+from pipeline.report.results import Results
+
+
+@dataclass
+class Provenance:
+    profile: str
+    git_commit: str
+    data_source: str
+    split_sizes: dict[str, int]
+    model: dict[str, Any]
+    protocol: dict[str, Any]  # runs, bootstrap draws, seed, confidence
+    runs: list[RunInfo] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  # paths relative to the report folder
+    curves: list[str] = field(default_factory=list)  # systems with a training curve
+
+
+def _provenance(p: Provenance, results: Results) -> str:
+    sizes = ", ".join(f"{k} {v}" for k, v in p.split_sizes.items()) or "split files not found"
+    per_dataset = ""
+    if len(results.per_dataset):
+        first = results.per_dataset[results.per_dataset["system"] == results.present[0]]
+        counts = dict(zip(first["dataset"], first["n_questions"]))
+        per_dataset = " (test questions per dataset: " + ", ".join(
+            f"{t.DATASET_LABELS.get(d, d)} {counts[d]}" for d in t.datasets_of(results) if d in counts) + ")"
+    model = ", ".join(f"{k} {v}" for k, v in p.model.items() if k != "folder")
+    proto = ", ".join(f"{k} {v}" for k, v in p.protocol.items())
+    return t.md_list([
+        f"Profile: **{p.profile}**",
+        f"Git commit: `{p.git_commit}`",
+        f"Data: source {p.data_source}; splits: {sizes}{per_dataset}",
+        f"Base model: `{p.model.get('folder')}` ({model or 'no config summary'})",
+        f"Evaluation protocol: {proto}",
+    ])
+
+
+def _section(title: str, body: str) -> str:
+    return f"## {title}\n\n{body.strip()}\n"
+
+
+def build_markdown(results: Results, prov: Provenance) -> str:
+    k = results.runs
+    parts = [
+        f"# MultiAgent-OPD reproduction report ({prov.profile})\n",
+        "Every number in the *ours* columns is computed by the `report` stage from "
+        "`data/eval/<system>/records.parquet`; the columns labelled "
+        f"*{pub.LABEL}* are quoted from the paper for comparison.\n",
+        _section("Provenance", _provenance(prov, results)),
+        _section("Main table", t.markdown(t.main_table(results, prov.profile))
+                 + "\n\nStrict extraction; macro = unweighted mean over the datasets."),
+    ]
+    if results.present:
+        parts += [
+            _section(f"Per dataset avg@{k}", t.markdown(t.per_dataset_table(results, f"avg@{k}"))
+                     + f"\n\n{pub.LABEL}: {t.published_dataset_points()}."),
+            _section(f"Per dataset pass@{k}", t.markdown(t.per_dataset_table(results, f"pass@{k}"))),
+            _section(f"all@{k}", t.markdown(t.all_table(results))),
+        ]
+        level = int(round(float(prov.protocol.get("confidence", 0.95)) * 100))
+        if len(results.gaps):
+            parts.append(_section(
+                f"Paired bootstrap: {level}% intervals of the macro avg@{k} gap",
+                t.markdown(t.gap_table(results, repair=False))
+                + f"\n\n{prov.protocol.get('bootstrap_draws')} draws, questions resampled within each dataset, "
+                "the same draws for both systems."))
+            parts.append(_section(
+                "Perfect-repair bounds",
+                t.markdown(t.gap_table(results, repair=True))
+                + "\n\nThe gap recomputed as if every format failure of the baseline were correct."))
+        parts += [
+            _section("Ablations", t.markdown(t.ablation_table(results))),
+            _section("Workload per workflow", t.markdown(t.workload_table(results))),
+            _section("Format and behaviour", t.markdown(t.behaviour_table(results))
+                     + "\n\n" + t.published_behaviour_note()),
+        ]
+    if prov.curves:
+        body = "\n\n".join(f"![{f}]({f})" for f in prov.figures)
+        body += "\n\nCurves (CSV, for `dvc plots`): " + ", ".join(f"`curves/{s}.csv`" for s in prov.curves)
+    else:
+        body = "No training run with `dev_em` was found in MLflow; no training curves."
+        body += "\n\n" + "\n\n".join(f"![{f}]({f})" for f in prov.figures)
+    parts.append(_section("Training dynamics and figures", body))
+    run_rows = [[r.name, f"`{r.run_id}`", r.system, r.kind] for r in prov.runs]
+    parts.append(_section("MLflow runs used",
+                          t.markdown((["run name", "run id", "system", "kind"], run_rows)) if run_rows
+                          else "No MLflow runs found for this profile."))
+    if results.notes:
+        parts.append(_section("Notes", t.md_list(results.notes)))
+    return "\n".join(parts)
+
+
+def _fallback_html(md: str) -> str:
+    """Minimal Markdown -> HTML (headings, tables, lists, images, paragraphs)."""
+    out, table = [], []
+
+    def inline(text: str) -> str:
+        text = html.escape(text)
+        text = re.sub(r"!\[(.*?)\]\((.*?)\)", r'<img alt="\1" src="\2">', text)
+        text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+        text = re.sub(r"\*(.+?)\*", r"<em>\1</em>", text)
+        return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+
+    def flush() -> None:
+        if table:
+            cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in table if not row.startswith("|---")]
+            head = "".join(f"<th>{inline(c)}</th>" for c in cells[0])
+            body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            table.clear()
+
+    for line in md.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if m := re.match(r"(#+) (.*)", line):
+            out.append(f"<h{len(m.group(1))}>{inline(m.group(2))}</h{len(m.group(1))}>")
+        elif line.startswith("- "):
+            out.append(f"<ul><li>{inline(line[2:])}</li></ul>")
+        elif line.strip():
+            out.append(f"<p>{inline(line)}</p>")
+    flush()
+    return "\n".join(out)
+
+
+def to_html(md: str, title: str) -> str:
+    try:
+        import markdown
+
+        body = markdown.markdown(md, extensions=["tables"])
+    except ImportError:
+        body = _fallback_html(md)
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head>\n<body>\n{body}\n</body></html>\n")

@@ -1,0 +1,143 @@
+"""The `report` stage on synthetic records and a temporary MLflow store."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from pipeline.config import load_params
+from pipeline.eval.bootstrap import paired_bootstrap_many, perfect_repair_gaps
+from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
+from pipeline.eval.records import per_question_scores
+from pipeline.eval.synthetic import synthetic_records
+from pipeline.io import InputError
+from pipeline.report.paper import _fallback_html
+from pipeline.report.tables import _tex
+from pipeline.systems import SYSTEMS, eval_dir
+from pipeline.tracking import stage_run
+
+QUOTAS = {"nq": 12, "hotpotqa": 10, "bamboogle": 5}
+ACCURACY = {"multiagent_opd": 0.5, "c_mas_rl": 0.4, "h_mas_base": 0.3, "c_mas_base": 0.25}
+DEV_EM = [(0, 0.10), (10, 0.20), (20, 0.25)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A tmp MLflow store with one fake training run of MultiAgent-OPD (and an older one)."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder}/mlflow.db")
+        mp.setenv("MLFLOW_ARTIFACT_ROOT", (folder / "artifacts").as_uri())
+        with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
+            mlf.log_metric("dev_em", 0.99, step=0)  # superseded by the later run below
+        with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
+            for step, em in DEV_EM:
+                mlf.log_metric("dev_em", em, step=step)
+                mlf.log_metric("dev_no_search_share", 1 - em, step=step)
+                mlf.log_metric("reward_leader", em, step=step)
+            run_id = mlf.active_run().info.run_id
+        yield {"run_id": run_id, "env": dict(os.environ)}
+
+
+@pytest.fixture()
+def params(repo_root):
+    return load_params(repo_root / "params.yaml", profile="ci")
+
+
+def _write(root, systems):
+    frames = {}
+    for i, name in enumerate(systems):
+        frames[name] = synthetic_records(name, ACCURACY[name], QUOTAS, seed=i)
+        path = eval_dir(root, name) / "records.parquet"
+        path.parent.mkdir(parents=True)
+        frames[name].to_parquet(path)
+    return pd.concat(frames.values(), ignore_index=True)
+
+
+def _report(params, root, store, monkeypatch):
+    from pipeline.stages import STAGES
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["env"]["MLFLOW_TRACKING_URI"])
+    monkeypatch.setenv("MLFLOW_ARTIFACT_ROOT", store["env"]["MLFLOW_ARTIFACT_ROOT"])
+    summary = STAGES["report"](params, root)
+    metrics = json.loads((root / "reports" / "metrics.json").read_text())
+    return summary, metrics, (root / "reports" / "ci" / "paper.md").read_text()
+
+
+def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, params, store, monkeypatch):
+    records = _write(tmp_path, list(ACCURACY))
+    summary, metrics, md = _report(params, tmp_path, store, monkeypatch)
+    folder = tmp_path / "reports" / "ci"
+    for name in ("paper.html", "main_table.tex", "figures/training_dynamics.png", "figures/macro_avg4.png"):
+        assert (folder / name).stat().st_size > 0, name
+    assert (folder / "figures/training_dynamics.png").read_bytes()[:4] == b"\x89PNG"
+
+    macro = macro_metrics(records).set_index("system")
+    per_dataset = per_dataset_metrics(records).set_index(["system", "dataset"])
+    for name in ACCURACY:
+        ours = metrics["systems"][name]
+        for key in ("avg@4", "pass@4", "all@4"):
+            assert ours["macro"][key] == pytest.approx(macro.loc[name, key], abs=1e-4)
+            assert ours["datasets"]["hotpotqa"][key] == pytest.approx(per_dataset.loc[(name, "hotpotqa"), key], abs=1e-4)
+    assert metrics["systems"]["c_mas_rl"]["workload"]["input_tokens"] == pytest.approx(
+        workload(records).set_index("system").loc["c_mas_rl", "input_tokens"], abs=1e-4)
+    assert metrics["systems"]["h_mas_base"]["behaviour"]["format_failure_rate_macro"] == pytest.approx(
+        behaviour(records).set_index("system").loc["h_mas_base", "format_failure_rate_macro"], abs=1e-4)
+
+    ev = params.common.eval
+    gaps = paired_bootstrap_many(per_question_scores(records), "multiagent_opd", ["c_mas_base", "c_mas_rl", "h_mas_base"],
+                                 ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence).set_index("baseline")
+    repair = perfect_repair_gaps(records, "multiagent_opd", ["c_mas_base", "c_mas_rl", "h_mas_base"],
+                                 draws=ev.bootstrap_draws, seed=ev.bootstrap_seed, level=ev.confidence).set_index("baseline")
+    assert set(metrics["gaps"]) == {"vs_c_mas_base", "vs_c_mas_rl", "vs_h_mas_base"}
+    for key in ("diff", "low", "high"):
+        assert metrics["gaps"]["vs_c_mas_rl"][key] == pytest.approx(gaps.loc["c_mas_rl", key], abs=1e-4)
+        assert metrics["perfect_repair"]["vs_h_mas_base"][key] == pytest.approx(repair.loc["h_mas_base", key], abs=1e-4)
+    assert metrics["systems_evaluated"] == 4 and "prompted_critic" in metrics["systems_missing"]
+
+    curve = pd.read_csv(folder / "curves" / "multiagent_opd.csv")
+    assert curve.columns.tolist() == ["step", "dev_em", "dev_no_search_share"]
+    assert list(zip(curve["step"], curve["dev_em"])) == DEV_EM
+    assert summary["curves"] == ["multiagent_opd"]
+
+    assert "published (Qwen3-4B, paper)" in md and "ours (ci)" in md and "not evaluated" in md
+    assert store["run_id"] in md and "evaluate@" not in md  # no evaluation runs in this store
+    opd_row = next(line for line in md.splitlines() if line.startswith("| MultiAgent-OPD |"))
+    assert f"{macro.loc['multiagent_opd', 'avg@4']:.2f}" in opd_row and "38.68" in opd_row
+    html = (folder / "paper.html").read_text()
+    assert "<table>" in html and "figures/training_dynamics.png" in html
+    tex = (folder / "main_table.tex").read_text()
+    assert r"\begin{tabular}" in tex and "C-MAS + RL" in tex and "38.68" in tex
+
+
+def test_only_base_systems_omit_gaps_with_a_note(tmp_path, params, store, monkeypatch):
+    _write(tmp_path, ["c_mas_base", "h_mas_base"])
+    summary, metrics, md = _report(params, tmp_path, store, monkeypatch)
+    assert metrics["gaps"] == {} and metrics["perfect_repair"] == {}
+    assert set(metrics["systems"]) == {"c_mas_base", "h_mas_base"}
+    assert "Paired gaps and perfect-repair bounds are omitted" in md
+    assert summary["missing"] == [s.name for s in SYSTEMS if s.name not in ("c_mas_base", "h_mas_base")]
+
+
+def test_no_records_at_all_still_writes_a_report(tmp_path, params, store, monkeypatch):
+    _, metrics, md = _report(params, tmp_path, store, monkeypatch)
+    assert metrics["systems"] == {} and metrics["systems_evaluated"] == 0
+    assert "No system has evaluation records yet." in md
+
+
+def test_records_lacking_a_column_raise_input_error_naming_the_file(tmp_path, params, store, monkeypatch):
+    _write(tmp_path, ["c_mas_base"])
+    path = eval_dir(tmp_path, "c_mas_base") / "records.parquet"
+    pd.read_parquet(path).drop(columns="format_failure").to_parquet(path)
+    with pytest.raises(InputError, match="c_mas_base/records.parquet.*format_failure"):
+        _report(params, tmp_path, store, monkeypatch)
+
+
+def test_latex_escaping_and_fallback_html():
+    assert _tex("a_b & 5%") == r"a\_b \& 5\%"
+    html = _fallback_html("# T\n\n| a | b |\n|---|---|\n| 1 | **2** |\n\n- item `x`")
+    assert "<h1>T</h1>" in html and "<td>1</td><td><strong>2</strong></td>" in html
+    assert "<li>item <code>x</code></li>" in html
