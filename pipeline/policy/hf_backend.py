@@ -1,0 +1,243 @@
+"""PolicyBackend over a transformers model in this process (CPU for the tiny profile).
+
+Generation is one batched sampling loop for all prompts x n samples: left padding,
+attention mask and position ids, a KV cache, and rows dropped from the batch (and the
+cache) as soon as they finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
+
+from pipeline.io import InputError
+from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids, truncate_left
+from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
+from pipeline.policy.sampling import sample_next_tokens
+from pipeline.policy.stopping import StopStringChecker
+
+
+def load_local_model(
+    path: str | os.PathLike, dtype: torch.dtype | str | None = None
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Model and tokenizer from a local HF folder; never touches the network."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise InputError(f"{path}: expected a Hugging Face model folder with config.json")
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model, tokenizer
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(int(i) for i in gen_eos)
+    return ids
+
+
+def _validate(params: SamplingParams, n: int) -> None:
+    if n < 1:
+        raise InputError(f"n: expected >= 1 samples per prompt, got {n}")
+    if params.temperature < 0:
+        raise InputError(f"temperature: expected >= 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise InputError(f"top_p: expected in (0, 1], got {params.top_p}")
+    if params.max_new_tokens < 1:
+        raise InputError(f"max_new_tokens: expected >= 1, got {params.max_new_tokens}")
+
+
+class HFBackend:
+    """In-process backend. `model` may be shared with a trainer: updates are seen at once."""
+
+    def __init__(
+        self,
+        model_or_path: torch.nn.Module | str | os.PathLike,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str | None = None,
+        max_batch_size: int = 256,
+        max_batch_tokens: int = 32768,
+    ):
+        if isinstance(model_or_path, (str, os.PathLike)):
+            model, loaded_tokenizer = load_local_model(model_or_path, dtype)
+            tokenizer = tokenizer or loaded_tokenizer
+        else:
+            model = model_or_path
+            if tokenizer is None:
+                raise InputError("tokenizer: expected a tokenizer when passing a model object")
+            if dtype is not None:
+                model = model.to(dtype=dtype)
+        if max_batch_size < 1 or max_batch_tokens < 1:
+            raise InputError(
+                f"max_batch_size, max_batch_tokens: expected >= 1, got {max_batch_size}, {max_batch_tokens}"
+            )
+        self.model = model.to(device)
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens  # score: padded tokens per forward pass
+        self.eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else min(self.eos_ids, default=0))
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+
+    # -- text <-> ids -------------------------------------------------------------------
+    def encode_prompt(self, text: str) -> list[int]:
+        return encode_prompt_ids(self.tokenizer, text)
+
+    def encode(self, text: str) -> list[int]:
+        return encode_text_ids(self.tokenizer, text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`; special tokens (eos, pad) are dropped, protocol tags are kept."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # -- sampling -----------------------------------------------------------------------
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
+    ) -> list[list[Generation]]:
+        _validate(params, n)
+        if params.max_new_tokens >= self.max_context:
+            raise InputError(
+                f"max_new_tokens: expected < the model's context {self.max_context}, got {params.max_new_tokens}"
+            )
+        rows = [truncate_left(p, self.max_context - params.max_new_tokens) for p in prompts for _ in range(n)]
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
+        flat: list[Generation] = []
+        with self._inference():
+            for start in range(0, len(rows), self.max_batch_size):
+                flat.extend(self._generate_batch(rows[start : start + self.max_batch_size], params, generator))
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _generate_batch(
+        self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
+    ) -> list[Generation]:
+        batch = pack_prompt_response(rows, [[] for _ in rows], self.pad_id, self.device)
+        prompt_width = batch.input_ids.shape[1] - batch.response_length
+        attention_mask = batch.attention_mask[:, :prompt_width]
+        position = batch.position_ids[:, prompt_width - 1]
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=batch.input_ids[:, :prompt_width],
+            attention_mask=attention_mask,
+            position_ids=batch.position_ids[:, :prompt_width],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+        stop_checker = StopStringChecker(self.tokenizer, params.stop)
+        tokens_of = [[] for _ in rows]
+        logps_of = [[] for _ in rows]
+        finish_of = ["length"] * len(rows)
+        live = torch.arange(len(rows), device=self.device)  # original row index of each batch row
+        for step in range(params.max_new_tokens):
+            tokens, logps = sample_next_tokens(logits, params.temperature, params.top_p, generator)
+            live_rows = live.tolist()
+            for row, token, logp in zip(live_rows, tokens.tolist(), logps.tolist()):
+                tokens_of[row].append(token)
+                logps_of[row].append(logp)
+            stopped = stop_checker.hits([tokens_of[row] for row in live_rows])
+            done = [
+                stopped[i] or tokens_of[row][-1] in self.eos_ids for i, row in enumerate(live_rows)
+            ]
+            for i, row in enumerate(live_rows):
+                if done[i]:
+                    finish_of[row] = "stop"
+            if step == params.max_new_tokens - 1 or all(done):
+                break
+            if any(done):
+                keep = torch.tensor([not d for d in done], device=self.device)
+                keep_idx = keep.nonzero().squeeze(-1)
+                cache.batch_select_indices(keep_idx)
+                live, tokens, position, attention_mask = (
+                    live[keep_idx], tokens[keep_idx], position[keep_idx], attention_mask[keep_idx]
+                )
+            position = position + 1
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=1)
+            logits = self.model(
+                input_ids=tokens[:, None],
+                attention_mask=attention_mask,
+                position_ids=position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+        return [
+            Generation(token_ids=ids, logprobs=lps, text=self.decode(ids), finish_reason=reason)
+            for ids, lps, reason in zip(tokens_of, logps_of, finish_of)
+        ]
+
+    # -- teacher forcing ----------------------------------------------------------------
+    def score(
+        self,
+        prompts: Sequence[Sequence[int]],
+        responses: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+    ) -> list[list[float]]:
+        """log softmax(logits / temperature) of every response token given its prefix."""
+        if len(prompts) != len(responses):
+            raise InputError(f"responses: expected one per prompt ({len(prompts)}), got {len(responses)}")
+        pairs = []
+        for i, (prompt, response) in enumerate(zip(prompts, responses)):
+            if len(response) >= self.max_context:
+                raise InputError(
+                    f"responses[{i}]: expected fewer than {self.max_context} tokens, got {len(response)}"
+                )
+            pairs.append((truncate_left(prompt, self.max_context - len(response)), list(response)))
+        scores: list[list[float]] = [[] for _ in pairs]
+        with self._inference():
+            for chunk in self._score_chunks(pairs):
+                batch = pack_prompt_response(
+                    [pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk], self.pad_id, self.device
+                )
+                logp, _ = response_logprobs(
+                    self.model, batch.input_ids, batch.attention_mask, batch.response_length,
+                    temperature=temperature, position_ids=batch.position_ids,
+                )
+                for row, i in enumerate(chunk):
+                    scores[i] = logp[row, : len(pairs[i][1])].tolist()
+        return scores
+
+    def _score_chunks(self, pairs: list[tuple[list[int], list[int]]]) -> Iterator[list[int]]:
+        """Indices of non-empty responses, similar lengths together (less padding), at most
+        max_batch_size rows and max_batch_tokens padded tokens per chunk."""
+        order = sorted(
+            (i for i, (_, r) in enumerate(pairs) if r), key=lambda i: len(pairs[i][0]) + len(pairs[i][1])
+        )
+        chunk: list[int] = []
+        width_p = width_r = 0
+        for i in order:
+            new_p, new_r = max(width_p, len(pairs[i][0])), max(width_r, len(pairs[i][1]))
+            too_many = len(chunk) == self.max_batch_size
+            too_wide = (len(chunk) + 1) * (new_p + new_r) > self.max_batch_tokens
+            if chunk and (too_many or too_wide):
+                yield chunk
+                chunk, new_p, new_r = [], len(pairs[i][0]), len(pairs[i][1])
+            chunk.append(i)
+            width_p, width_r = new_p, new_r
+        if chunk:
+            yield chunk
+
+    @contextlib.contextmanager
+    def _inference(self) -> Iterator[None]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            self.model.train(was_training)

@@ -1,0 +1,213 @@
+"""Plain-torch training loops for the tiny model: packed LM pre-training and supervised
+fine-tuning on prompt/completion pairs (loss on the completion only).
+
+Both: AdamW, linear warm-up then cosine decay, gradient clipping at 1.0, a tqdm bar,
+`log_fn(step, metrics)` after every step, deterministic for a given seed and thread count
+(they use whatever `torch.set_num_threads` the caller set).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
+
+from pipeline.io import InputError
+from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
+
+LogFn = Callable[[int, dict], None]
+Example = tuple[str, str] | tuple[Sequence[int], Sequence[int]]
+
+GRAD_CLIP = 1.0
+
+
+def _optimizer_and_schedule(
+    model: torch.nn.Module, lr: float, steps: int, warmup_steps: int | None, weight_decay: float
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    if steps < 1:
+        raise InputError(f"steps: expected >= 1, got {steps}")
+    if lr <= 0:
+        raise InputError(f"lr: expected > 0, got {lr}")
+    warmup = max(1, steps // 10) if warmup_steps is None else warmup_steps
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
+    return optimizer, get_cosine_schedule_with_warmup(optimizer, warmup, steps)
+
+
+def _step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LambdaLR,
+    loss: torch.Tensor,
+) -> dict:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+    lr = schedule.get_last_lr()[0]
+    optimizer.step()
+    schedule.step()
+    return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "lr": lr}
+
+
+def _run(
+    model: torch.nn.Module,
+    batches: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+    *,
+    steps: int,
+    lr: float,
+    warmup_steps: int | None,
+    weight_decay: float,
+    log_fn: LogFn | None,
+    desc: str,
+) -> list[dict]:
+    """The loop both trainers share: `batches()` gives (input_ids, labels, attention_mask)."""
+    optimizer, schedule = _optimizer_and_schedule(model, lr, steps, warmup_steps, weight_decay)
+    model.train()
+    history = []
+    bar = tqdm(range(1, steps + 1), desc=desc, leave=False)
+    for step in bar:
+        input_ids, labels, attention_mask = batches()
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, use_cache=False).loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{desc}: loss became {float(loss)} at step {step}")
+        metrics = _step(model, optimizer, schedule, loss)
+        history.append(metrics)
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+        if log_fn is not None:
+            log_fn(step, metrics)
+    model.eval()
+    return history
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def pretrain_lm(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Iterable[str],
+    *,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    lr: float,
+    seed: int,
+    warmup_steps: int | None = None,
+    weight_decay: float = 0.1,
+    log_fn: LogFn | None = None,
+) -> list[dict]:
+    """Next-token prediction on random windows of the texts concatenated with eos between
+    them. Returns the per-step metrics (loss, grad_norm, lr)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise InputError("tokenizer: expected an eos token to separate the texts")
+    max_len = int(getattr(model.config, "max_position_embeddings", seq_len))
+    if not 1 <= seq_len <= max_len:
+        raise InputError(f"seq_len: expected 1..{max_len} (the model's context), got {seq_len}")
+    stream: list[int] = []
+    for text in texts:
+        stream.extend(encode_text_ids(tokenizer, text))
+        stream.append(eos)
+    if len(stream) < seq_len + 1:
+        raise InputError(f"texts: expected at least {seq_len + 1} tokens in all, got {len(stream)}")
+    data = torch.tensor(stream, dtype=torch.long)
+    device = _device(model)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    offsets = torch.arange(seq_len)
+
+    def batches() -> tuple[torch.Tensor, torch.Tensor, None]:
+        starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=generator)
+        window = data[starts[:, None] + offsets].to(device)
+        return window, window, None  # the model shifts labels itself
+
+    return _run(model, batches, steps=steps, lr=lr, warmup_steps=warmup_steps,
+                weight_decay=weight_decay, log_fn=log_fn, desc="pretrain")
+
+
+def encode_examples(
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[Example],
+    max_len: int,
+    append_eos: bool = True,
+) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) per example, fitted into `max_len` tokens.
+
+    Text prompts are encoded exactly like a rollout's (`encode_prompt_ids`); text
+    completions get eos appended when `append_eos`. Id pairs are used as they are.
+    Too-long pairs lose prompt tokens from the left (then completion tokens from the right).
+    """
+    encoded = []
+    for i, example in enumerate(examples):
+        if len(example) != 2:
+            raise InputError(f"examples[{i}]: expected a (prompt, completion) pair")
+        prompt, completion = example
+        if isinstance(prompt, str) != isinstance(completion, str):
+            raise InputError(f"examples[{i}]: expected both texts or both id lists")
+        if isinstance(prompt, str):
+            prompt_ids = encode_prompt_ids(tokenizer, prompt)
+            completion_ids = encode_text_ids(tokenizer, completion)
+            if append_eos:
+                completion_ids.append(tokenizer.eos_token_id)
+        else:
+            prompt_ids, completion_ids = [int(t) for t in prompt], [int(t) for t in completion]
+        if not completion_ids:
+            raise InputError(f"examples[{i}]: expected a non-empty completion")
+        completion_ids = completion_ids[: max_len - 1]
+        prompt_ids = prompt_ids[max(0, len(prompt_ids) - (max_len - len(completion_ids))) :]
+        encoded.append((prompt_ids, completion_ids))
+    return encoded
+
+
+def supervised_finetune(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[Example],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    warmup_steps: int | None = None,
+    weight_decay: float = 0.0,
+    append_eos: bool = True,
+    log_fn: LogFn | None = None,
+) -> list[dict]:
+    """Fine-tune on prompt/completion pairs; loss (token mean) on completion tokens only,
+    right padding. Batches are drawn uniformly at random with replacement."""
+    if not examples:
+        raise InputError("examples: expected at least one (prompt, completion) pair")
+    max_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    encoded = encode_examples(tokenizer, examples, max_len, append_eos)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = _device(model)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+
+    def batches() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        picks = torch.randint(0, len(encoded), (batch_size,), generator=generator).tolist()
+        rows = [encoded[i] for i in picks]
+        width = max(len(p) + len(c) for p, c in rows)
+        input_ids = torch.full((batch_size, width), pad, dtype=torch.long)
+        labels = torch.full((batch_size, width), -100, dtype=torch.long)
+        attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
+        for row, (prompt, completion) in enumerate(rows):
+            ids = torch.tensor(prompt + completion, dtype=torch.long)
+            input_ids[row, : len(ids)] = ids
+            labels[row, len(prompt) : len(ids)] = ids[len(prompt) :]
+            attention_mask[row, : len(ids)] = 1
+        return input_ids.to(device), labels.to(device), attention_mask.to(device)
+
+    return _run(model, batches, steps=steps, lr=lr, warmup_steps=warmup_steps,
+                weight_decay=weight_decay, log_fn=log_fn, desc="sft")
+
