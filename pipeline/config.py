@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PROFILES = ("tiny", "ci", "paper")
 DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle")
@@ -189,12 +189,77 @@ class MaskAuditParams(_Strict):
     seed: int
 
 
+class BaseModelShape(_Strict):
+    """Shape of the tiny Qwen3 (pipeline.policy.tiny_model.build_tiny_qwen3)."""
+
+    hidden: int = Field(gt=0)
+    layers: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    intermediate: int = Field(gt=0)
+    max_positions: int = Field(gt=0)
+
+
+class PretrainParams(_Strict):
+    steps: int = Field(gt=0)
+    batch_size: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    lr: float = Field(gt=0)
+
+
+class SftParams(_Strict):
+    steps: int = Field(gt=0)
+    batch_size: int = Field(gt=0)
+    lr: float = Field(gt=0)
+
+
+class DemoParams(_Strict):
+    """Scripted demonstrations of the format warm-up: quota per role and imperfection rates."""
+
+    searcher: int = Field(ge=0)
+    answerer: int = Field(ge=0)
+    leader: int = Field(ge=0)
+    judge: int = Field(ge=0)
+    skip_search: float = Field(ge=0, le=1)
+    vague_query: float = Field(ge=0, le=1)
+    wrong_pick: float = Field(ge=0, le=1)
+    judge_noise: float = Field(ge=0, le=1)
+
+
+class BaseModelParams(_Strict):
+    """The `base_model` stage. scratch: tokenizer + tiny Qwen3 pre-trained on the passages and
+    warmed up on scripted demonstrations; local: an existing HF folder (`path`, relative to
+    the repository root) that is checked and hashed, not trained."""
+
+    kind: Literal["scratch", "local"]
+    path: str = ""
+    seed: int
+    threads: int = Field(gt=0)
+    behaviour_questions: int = Field(ge=0)  # dev questions of the base behaviour check (0: skip)
+    vocab_size: int | None = Field(default=None, gt=0)
+    model: BaseModelShape | None = None
+    pretrain: PretrainParams | None = None
+    sft: SftParams | None = None
+    demos: DemoParams | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> "BaseModelParams":
+        if self.kind == "local" and not self.path:
+            raise ValueError("kind 'local' needs `path`, the model folder relative to the repository root")
+        if self.kind == "scratch":
+            missing = [k for k in ("vocab_size", "model", "pretrain", "sft", "demos") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"kind 'scratch' needs {', '.join(missing)}")
+        return self
+
+
 class ProfileParams(_Strict):
     data: DataParams
     index: IndexParams
     eval: EvalParams
     validate_masks: MaskAuditParams
     train: TrainParams
+    base_model: BaseModelParams
 
 
 class Params(_Strict):
@@ -222,6 +287,10 @@ class Params(_Strict):
     @property
     def train(self) -> TrainParams:
         return self.active.train
+
+    @property
+    def base_model(self) -> BaseModelParams:
+        return self.active.base_model
 
 
 def _format_errors(path: Path, err: ValidationError, prefix: str) -> str:

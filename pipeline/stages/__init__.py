@@ -7,11 +7,22 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.stages import data_stages
+from pipeline.stages import audit_stages, data_stages
+from pipeline.stages import eval_stages
+from pipeline.stages import train_stages
+from pipeline.stages import model_stages
 
 STAGES: dict[str, Callable] = {
     "splits": data_stages.run_splits,
     "corpus": data_stages.run_corpus,
     "validate_splits": data_stages.run_validate_splits,
     "index": data_stages.run_index,
+    "base_model": model_stages.run_base_model,
+    "validate_masks": audit_stages.run_validate_masks,
+    "teacher": train_stages.run_teacher,
+    "team": train_stages.run_team,
+    "ablation": train_stages.run_ablation,
+    "prompted_critic": train_stages.run_prompted_critic,
+    "evaluate": eval_stages.run_evaluate,
+    "report": eval_stages.run_report,
 }

@@ -67,7 +67,10 @@ def sample_checks_frame(samples: pd.DataFrame, tokens: pd.DataFrame, decode: Dec
         generated = frame["sample_id"].map(_decoded_texts(generated_only, decode)).fillna("")
         decoded = frame["sample_id"].map(_decoded_texts(tokens[tokens["source"] != "padding"], decode))
         frame["decodes_to_response_text"] = (decoded == frame["response_text"]).fillna(False).astype(bool)
-    outside_searcher = frame["role"].isin(["leader", "answerer"])
+    # A malformed Leader/Answerer call may emit any text, a stray "<report>" tag included;
+    # that is the model's own (penalised) output, not a Searcher's report leaking into a
+    # trainable position, so only well-formed calls are held to this rule.
+    outside_searcher = frame["role"].isin(["leader", "answerer"]) & ~malformed
     frame["report_outside_searcher"] = outside_searcher & (
         (frame["action"] == "report") | generated.str.contains("<report>", regex=False)
     )
@@ -129,7 +132,7 @@ def _sample_expectations(decoded: bool) -> list[Any]:
         check(E.ExpectColumnValuesToBeInSet(column="role", value_set=ROLES),
               "sample role is leader/searcher/answerer"),
         check(E.ExpectColumnValuesToBeInSet(column="report_outside_searcher", value_set=[False]),
-              "Leader and Answerer samples never generate a <report>"),
+              "well-formed Leader and Answerer samples never generate a <report>"),
         check(E.ExpectColumnValuesToBeInSet(column="report_in_generated", value_set=[True],
                                             row_condition="is_searcher_report == True",
                                             condition_parser="pandas"),

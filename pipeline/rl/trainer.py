@@ -1,0 +1,293 @@
+"""The in-process trainer of Stage I (Teacher) and Stage II (MultiAgent-OPD, ablations, Prompted
+Critic): one loop, one shared model for all roles, CPU or one GPU.
+
+One step (`train` below, top to bottom):
+  1. draw `questions_per_batch` training questions from (seed, step), so a resumed run draws the
+     same ones; roll out the mode's workflow (cascade for stage1, hierarchy otherwise) with
+     `trajectories_per_question` trajectories and `train_candidates` Answerer candidates;
+  2. tables (pipeline.agents.to_tables) with the mode's trained roles;
+  3. Teacher scoring (pipeline.rl.teacher_scoring): one teacher-forced pass per sample with a
+     loss token, on exactly the student's context; log-probs kept on generated tokens;
+  4. Prompted-Critic judge scores (pipeline.rl.judge), prompted_critic only;
+  5. rewards (pipeline.rl.rewards.compute_rewards) -> advantages (compute_advantages);
+  6. audit tables at step 0 and every `audit_every` steps (pipeline.rl.audit; fails on a
+     mask violation);
+  7. PPO: one pass in `n_minibatches` shuffled minibatches (one AdamW update each): new
+     log-probs and entropy with gradients on the recorded token ids (never re-tokenised), verl's
+     vanilla clipped loss with token-mean, entropy bonus, gradient clip;
+  8. dev evaluation at step 0, every `eval_every` steps and at the end; checkpoint every
+     `checkpoint_every` steps and at the end (pipeline.rl.checkpoint); metrics to `log_fn`.
+
+Systems and what each mode gets (the stage wiring in pipeline.stages.train_stages):
+  teacher (stage1)          cascade, student from base, no Teacher (no KL, no OPD).
+  team (opd)                hierarchy, student from base, Teacher = Stage-I weights
+                            (data/models/teacher): Searcher OPD + Leader/Answerer KL.
+  base_teacher              as opd with Teacher = the base model.
+  outcome_rl_searcher       hierarchy from base; Searcher GRPO on R_EM; the Stage-I Teacher
+                            still gives the Leader/Answerer KL-in-reward term.
+  no_searcher_supervision   hierarchy from base; Searcher tokens out of the loss; Stage-I Teacher
+                            for the Leader/Answerer KL term.
+  prompted_critic           hierarchy from base; judge = base model; no Teacher, so no KL term.
+The Stage-II student always starts from the base weights; the Teacher and the judge are frozen.
+
+Metric keys (per step): reward_leader, reward_searcher, reward_answerer (mean `reward` of the
+role's samples; absent where the role has no scalar reward, e.g. OPD Searchers), kl_to_teacher
+(token mean of old_logp - teacher_logp over scored loss tokens), entropy, clip_fraction, pg_loss
+(means over the minibatches), tokens_per_second (generated tokens of the rollout / step wall
+time), judge_unparsable; dev metrics (at completed-step counts): dev_em (strict extraction),
+dev_no_search_share, format_failure_rate, searches_per_workflow.
+Training metrics of step s are logged at MLflow step s; dev metrics after k updates at step k.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from pipeline.agents import run_workflow, to_tables, trajectory_table
+from pipeline.eval.em import exact_match
+from pipeline.eval.extraction import strict_answer
+from pipeline.io import InputError
+from pipeline.policy.base import PolicyBackend
+from pipeline.policy.encoding import truncate_left
+from pipeline.policy.hf_backend import HFBackend
+from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
+from pipeline.retrieval.base import Retriever
+from pipeline.rl.advantages import compute_advantages
+from pipeline.rl.audit import write_audit
+from pipeline.rl.batch import pad_column
+from pipeline.rl.checkpoint import load_latest, save_checkpoint
+from pipeline.rl.judge import judge_searchers
+from pipeline.rl.loss import minibatches, policy_loss
+from pipeline.rl.modes import TEACHER_REQUIRED, WORKFLOW, check_mode, trained_roles
+from pipeline.rl.rewards import compute_rewards
+from pipeline.rl.teacher_scoring import sample_token_ids, score_with_teacher
+from pipeline.rl.train_params import TrainConfig
+
+LogFn = Callable[[int, dict], None]
+
+
+@dataclass
+class TrainInputs:
+    """What a run trains on. `policy.model` is trained in place."""
+
+    policy: HFBackend
+    retriever: Retriever
+    train_questions: pd.DataFrame
+    dev_questions: pd.DataFrame
+    teacher: PolicyBackend | None = None
+    judge: PolicyBackend | None = None
+    checkpoint_dir: Path | None = None
+    audit_dir: Path | None = None
+
+
+@dataclass
+class Batch:
+    samples: pd.DataFrame
+    tokens: pd.DataFrame
+    generated_tokens: int
+    judge_unparsable: int = 0
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    resumed_from: int  # completed steps found in a checkpoint (0: fresh start)
+    history: list[dict] = field(default_factory=list)  # {"step": s, **metrics}, as logged
+
+
+def _seed(*parts: int) -> int:
+    return int(np.random.default_rng([int(p) for p in parts]).integers(2**31 - 1))
+
+
+def check_inputs(cfg: TrainConfig, inputs: TrainInputs) -> None:
+    """Bad set-ups fail before any work, naming the field."""
+    check_mode(cfg.mode)
+    if cfg.mode in TEACHER_REQUIRED and inputs.teacher is None:
+        raise InputError(f"teacher: mode {cfg.mode} needs a Teacher backend")
+    if cfg.mode == "stage1" and inputs.teacher is not None:
+        raise InputError("teacher: stage1 trains the Teacher itself; expected no Teacher")
+    if (cfg.mode == "prompted_critic") != (inputs.judge is not None):
+        raise InputError("judge: expected a judge backend in mode prompted_critic and only there")
+    if len(inputs.train_questions) == 0:
+        raise InputError("train_questions: expected at least one training question")
+    if len(inputs.dev_questions) == 0:
+        raise InputError("dev_questions: expected at least one dev question")
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
+    )
+
+
+# --------------------------------------------------------------------------- one rollout batch
+
+
+def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
+    """Rollout -> tables -> Teacher scores -> judge scores -> rewards -> advantages."""
+    pool = inputs.train_questions
+    rng = np.random.default_rng([cfg.seed, step, 0])
+    picked = np.sort(rng.choice(len(pool), size=min(cfg.questions_per_batch, len(pool)), replace=False))
+    rollout = run_workflow(
+        WORKFLOW[cfg.mode], pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
+        n_traj=cfg.trajectories_per_question, seed=_seed(cfg.seed, step, 1),
+    )
+    samples, tokens = to_tables(rollout, trained_roles(cfg.mode))
+    if inputs.teacher is not None:
+        tokens = score_with_teacher(samples, tokens, inputs.teacher)
+    unparsable = 0
+    if inputs.judge is not None:
+        samples, unparsable = judge_searchers(samples, inputs.judge, cfg.judge_max_new_tokens)
+    samples = compute_rewards(samples, tokens, cfg.mode, cfg.kl_coef)
+    tokens = compute_advantages(samples, tokens, cfg.mode, cfg.opd_beta)
+    generated = int((tokens["source"] == "generated").sum())
+    return Batch(samples, tokens, generated, unparsable)
+
+
+# --------------------------------------------------------------------------- PPO update
+
+
+def ppo_update(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, policy: HFBackend, batch: Batch,
+    cfg: TrainConfig, seed: int,
+) -> dict[str, float]:
+    """One pass over the batch in shuffled minibatches, one optimizer update each."""
+    tokens, samples = batch.tokens, batch.samples
+    with_loss = set(tokens.loc[tokens["loss_mask"].to_numpy() > 0, "sample_id"])
+    sample_ids = np.array([s for s in samples["sample_id"] if s in with_loss], dtype=object)
+    if len(sample_ids) == 0:
+        raise InputError("tokens.loss_mask: the rollout batch has no loss token")
+    prompt_of = samples.set_index("sample_id")["prompt_ids"]
+    response_of = sample_token_ids(tokens[tokens["sample_id"].isin(with_loss)])
+    temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
+    parts = minibatches(len(sample_ids), min(cfg.n_minibatches, len(sample_ids)), seed)
+    stats: dict[str, list[float]] = {"pg_loss": [], "clip_fraction": [], "entropy": [], "grad_norm": []}
+    model.train()
+    for part in parts:
+        ids = sample_ids[part]
+        tok = tokens[tokens["sample_id"].isin(set(ids))]
+        responses = [response_of[s] for s in ids]
+        prompts = [truncate_left(prompt_of[s], policy.max_context - len(r)) for s, r in zip(ids, responses)]
+        packed = pack_prompt_response(prompts, responses, policy.pad_id, policy.device)
+        new_logp, entropy = response_logprobs(
+            model, packed.input_ids, packed.attention_mask, packed.response_length,
+            temperature=temperature, position_ids=packed.position_ids, compute_entropy=True,
+        )
+        dev = dict(dtype=new_logp.dtype)
+        old = pad_column(tok, ids, "old_logp", **dev).to(policy.device)
+        adv = pad_column(tok, ids, "advantage", **dev).to(policy.device)
+        mask = pad_column(tok, ids, "loss_mask", **dev).to(policy.device)
+        if old.shape != new_logp.shape:
+            raise RuntimeError(f"padded tables {tuple(old.shape)} != packed responses {tuple(new_logp.shape)}")
+        loss, m = policy_loss(
+            new_logp, old, adv, mask, entropy, clip_ratio=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c,
+            entropy_coef=cfg.entropy_coef,
+        )
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"PPO loss is {loss.item()} at minibatch of {len(ids)} samples")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        for key, value in (("pg_loss", m["pg_loss"]), ("clip_fraction", m["pg_clipfrac"]),
+                           ("entropy", m["entropy"]), ("grad_norm", float(grad_norm))):
+            stats[key].append(float(value))
+    return {key: float(np.mean(values)) for key, values in stats.items()}
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def batch_metrics(batch: Batch) -> dict[str, float]:
+    """Mean reward per role and the token-mean KL of the student to the Teacher."""
+    out: dict[str, float] = {}
+    rewards = batch.samples.groupby("role")["reward"].mean()
+    for role in ("leader", "searcher", "answerer"):
+        if role in rewards.index and np.isfinite(rewards[role]):
+            out[f"reward_{role}"] = float(rewards[role])
+    tok = batch.tokens
+    scored = (tok["loss_mask"].to_numpy() > 0) & tok["teacher_logp"].notna().to_numpy()
+    if scored.any():
+        out["kl_to_teacher"] = float((tok["old_logp"][scored] - tok["teacher_logp"][scored]).mean())
+    out["samples"] = float(len(batch.samples))
+    out["loss_tokens"] = float((tok["loss_mask"] > 0).sum())
+    out["judge_unparsable"] = float(batch.judge_unparsable)
+    return out
+
+
+def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs) -> dict[str, float]:
+    """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow;
+    one trajectory and one Answerer candidate per question, the same seed at every evaluation."""
+    questions = inputs.dev_questions.iloc[: cfg.dev_questions]
+    rollout = run_workflow(
+        WORKFLOW[cfg.mode], questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
+        n_traj=1, seed=_seed(cfg.seed, 3),
+    )
+    table = trajectory_table(rollout)
+    golden = {t.trajectory_id: t.golden_answers for t in rollout.trajectories}
+    strict = [strict_answer(text) for text in table["last_answerer_output"]]
+    correct = [exact_match(a, golden[tid]) for a, tid in zip(strict, table["trajectory_id"])]
+    return {
+        "dev_em": float(np.mean(correct)),
+        "dev_no_search_share": float((table["search_actions"] == 0).mean()),
+        "format_failure_rate": float(np.mean([a is None for a in strict])),
+        "searches_per_workflow": float(table["search_actions"].mean()),
+    }
+
+
+def _finite(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) -> TrainResult:
+    """Train `inputs.policy.model` in place for `cfg.steps` steps (resuming from a checkpoint)."""
+    check_inputs(cfg, inputs)
+    policy, model = inputs.policy, inputs.policy.model
+    optimizer = make_optimizer(model, cfg)
+    fingerprint = cfg.fingerprint()
+    start = 0
+    if inputs.checkpoint_dir is not None:
+        resumed = load_latest(inputs.checkpoint_dir, model, optimizer, fingerprint)
+        start = resumed.step if resumed else 0
+    result = TrainResult(steps=cfg.steps, resumed_from=start)
+
+    def log(step: int, metrics: dict[str, float]) -> None:
+        metrics = _finite(metrics)
+        result.history.append({"step": step, **metrics})
+        if log_fn is not None:
+            log_fn(step, metrics)
+
+    if start == 0:
+        log(0, dev_evaluate(cfg, inputs))
+    bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.mode}", initial=start, total=cfg.steps, leave=False)
+    for step in bar:
+        began = time.perf_counter()
+        batch = collect_batch(cfg, inputs, step)
+        if inputs.audit_dir is not None and step % cfg.audit_every == 0:
+            write_audit(inputs.audit_dir, step, batch.samples, batch.tokens, policy.decode)
+        update = ppo_update(model, optimizer, policy, batch, cfg, _seed(cfg.seed, step, 2))
+        seconds = time.perf_counter() - began
+        metrics = {**batch_metrics(batch), **update, "tokens_per_second": batch.generated_tokens / seconds,
+                   "step_seconds": seconds}
+        log(step, metrics)
+        bar.set_postfix(pg_loss=f"{update['pg_loss']:.3g}", sec=f"{seconds:.1f}")
+        done = step + 1
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            log(done, dev_evaluate(cfg, inputs))
+        if inputs.checkpoint_dir is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+            save_checkpoint(inputs.checkpoint_dir, done, model, policy.tokenizer, optimizer, fingerprint,
+                            keep=cfg.keep_checkpoints)
+    return result

@@ -1,0 +1,291 @@
+"""The RL trainer end to end on a random tiny Qwen3: loss finite, weights move, metrics logged,
+Teacher scoring on the student's exact context, audit tables re-derive every advantage,
+no_searcher_supervision keeps Searcher tokens out of the loss, and the training stages' wiring.
+
+Rollouts use `ScriptedHFBackend`: a real HFBackend (the model that is trained) whose `generate`
+writes scripted, well-formed team actions and records their true log-probs under the model
+(`score`), so every role acts, every step is deterministic and old_logp is the student's own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipeline.agents.config import WorkflowConfig
+from pipeline.agents.prompts import load_prompts
+from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.hf_backend import HFBackend
+from pipeline.policy.tiny_model import build_tiny_qwen3, save_hf_folder
+from pipeline.policy.tokenizer import train_bpe_tokenizer
+from pipeline.rl.advantages import compute_advantages
+from pipeline.rl.teacher_scoring import score_with_teacher
+from pipeline.rl.train_params import TrainConfig
+from pipeline.rl.trainer import TrainInputs, train
+from tests.fakes import DEFAULT_PASSAGES, FakeRetriever, TeamScript
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def tiny_tokenizer():
+    prompts = load_prompts()
+    texts = [prompts.leader, prompts.searcher, prompts.answerer, prompts.judge]
+    texts += [p.text + " " + p.title for p in DEFAULT_PASSAGES]
+    texts += [f"what is the capital of place {i}? part {i} paris rome berlin" for i in range(20)]
+    return train_bpe_tokenizer(texts * 5, vocab_size=500)
+
+
+def tiny_model(tokenizer, seed: int = 0, hidden: int = 48, layers: int = 2):
+    return build_tiny_qwen3(
+        tokenizer, hidden_size=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
+        intermediate_size=2 * hidden, max_position_embeddings=2048, seed=seed,
+    )
+
+
+class VariedScript(TeamScript):
+    """TeamScript whose answers vary with (tick seed, context, candidate) so GRPO groups differ."""
+
+    def answer_for(self, context: str, salt: str) -> str:
+        digest = hashlib.sha256(f"{salt}|{context}".encode()).digest()
+        return ("paris", "rome", "berlin")[digest[0] % 3]
+
+
+class ScriptedHFBackend(HFBackend):
+    """HFBackend whose generations are scripted text, with the model's true log-probs."""
+
+    def __init__(self, model, tokenizer, script: Callable[[str], str] | None = None):
+        super().__init__(model, tokenizer)
+        self.script = script or VariedScript(n_searches=1, n_waves=1, tasks_per_wave=2)
+
+    def _text(self, context: str, params: SamplingParams, k: int) -> str:
+        text = self.script(context)
+        if isinstance(self.script, VariedScript) and "\nAnswerer:" in context:
+            text = f"<answer>{self.script.answer_for(context, f'{params.seed}/{k}')}</answer>"
+        ends = [text.find(s) + len(s) for s in params.stop if s in text]
+        return text[: min(ends)] if ends else text
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Generation]]:
+        out = []
+        for i, prompt in enumerate(prompts):
+            context = self.decode(prompt)
+            ids = [self.encode(self._text(context, params, f"{i}.{k}"))[: params.max_new_tokens] for k in range(n)]
+            logps = self.score([prompt] * n, ids)
+            out.append([Generation(t, lp, self.decode(t), "stop") for t, lp in zip(ids, logps)])
+        return out
+
+
+def questions(n: int, prefix: str = "q") -> pd.DataFrame:
+    return pd.DataFrame({
+        "id": [f"{prefix}{i}" for i in range(n)],
+        "question": [f"what is the capital of place {i}?" for i in range(n)],
+        "golden_answers": [["paris"] for _ in range(n)],
+        "dataset": ["nq"] * n,
+    })
+
+
+def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
+    rollout = WorkflowConfig(
+        cascade_steps=5, hierarchy_steps=12, max_waves=5, max_parallel=3, top_k=2, n_candidates=3,
+        max_searcher_turns=3, leader_max_new_tokens=64, searcher_max_new_tokens=48,
+        answerer_max_new_tokens=16,
+    )
+    values = dict(
+        mode=mode, steps=steps, seed=7, questions_per_batch=2, trajectories_per_question=2, lr=1e-3,
+        entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
+        judge_max_new_tokens=8, rollout=rollout,
+        dev_rollout=WorkflowConfig(**{**rollout.__dict__, "n_candidates": 1}), n_minibatches=3,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def make_inputs(tokenizer, mode: str, tmp: Path, model=None, teacher_seed: int | None = 1) -> TrainInputs:
+    policy = ScriptedHFBackend(model if model is not None else tiny_model(tokenizer, 0), tokenizer)
+    teacher = None
+    if mode != "stage1" and mode != "prompted_critic" and teacher_seed is not None:
+        teacher = HFBackend(tiny_model(tokenizer, teacher_seed), tokenizer)
+    judge = None
+    if mode == "prompted_critic":
+        judge = ScriptedHFBackend(tiny_model(tokenizer, 2), tokenizer,
+                                  script=lambda ctx: "<score>7</score>" if "place 1" in ctx else "no idea")
+    return TrainInputs(
+        policy=policy, retriever=FakeRetriever(), train_questions=questions(5), dev_questions=questions(2, "d"),
+        teacher=teacher, judge=judge, checkpoint_dir=tmp / "ckpt", audit_dir=tmp / "audit",
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("mode", ["stage1", "opd", "prompted_critic"])
+def test_training_run_moves_weights_and_logs(tokenizer, tmp_path, mode):
+    inputs = make_inputs(tokenizer, mode, tmp_path)
+    before = {k: v.detach().clone() for k, v in inputs.policy.model.state_dict().items()}
+    logged: list[tuple[int, dict]] = []
+    result = train(tiny_config(mode), inputs, log_fn=lambda s, m: logged.append((s, m)))
+    train_rows = [m for _, m in logged if "pg_loss" in m]
+    assert len(train_rows) == 2 and all(np.isfinite(m["pg_loss"]) for m in train_rows)
+    keys = set().union(*(m.keys() for m in train_rows))
+    expected = {"reward_answerer", "entropy", "clip_fraction", "tokens_per_second", "pg_loss"}
+    expected |= {"reward_searcher"} if mode != "opd" else {"kl_to_teacher"}
+    expected |= {"reward_leader"} if mode != "stage1" else set()
+    assert expected <= keys
+    dev_steps = [s for s, m in logged if "dev_em" in m]
+    assert dev_steps == [0, 2]
+    for _, m in logged:
+        if "dev_em" in m:
+            assert {"dev_no_search_share", "format_failure_rate", "searches_per_workflow"} <= m.keys()
+    after = inputs.policy.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert result.resumed_from == 0 and (tmp_path / "ckpt" / "step-0002").is_dir()
+    if mode == "prompted_critic":
+        samples = pd.read_parquet(tmp_path / "audit" / "step-0000" / "samples.parquet")
+        judged = samples[(samples["role"] == "searcher") & ~samples["malformed"]]
+        assert set(judged["judge_score"]) <= {0.0, 7.0} and len(judged)
+        assert all(m["judge_unparsable"] > 0 for m in train_rows)
+
+
+def test_teacher_scores_exactly_the_students_context(tokenizer):
+    teacher = HFBackend(tiny_model(tokenizer, 3), tokenizer)
+    prompt = teacher.encode_prompt("You are a Searcher.\nTask: capital of place 1\nSearcher:")
+    gen1 = teacher.encode("<search>capital</search>")
+    obs = teacher.encode("<information>Doc 1(Title: Paris) Paris is the capital.</information>")
+    gen2 = teacher.encode("<report>paris</report>")
+    response = gen1 + obs + gen2
+    sources = ["generated"] * len(gen1) + ["observation"] * len(obs) + ["generated"] * len(gen2)
+    samples = pd.DataFrame({"sample_id": ["s0"], "prompt_ids": [prompt]})
+    tokens = pd.DataFrame({
+        "sample_id": "s0", "pos": np.arange(len(response)), "token_id": response, "source": sources,
+        "loss_mask": [int(s == "generated") for s in sources], "teacher_logp": np.nan,
+    }).sample(frac=1.0, random_state=0)  # row order must not matter
+    scored = score_with_teacher(samples, tokens, teacher).sort_values("pos")
+    reference = np.asarray(teacher.score([prompt], [response])[0])
+    generated = (scored["source"] == "generated").to_numpy()
+    np.testing.assert_array_equal(scored["teacher_logp"].to_numpy()[generated], reference[generated])
+    assert scored["teacher_logp"][~generated].isna().all()
+    # a different context gives different scores: the check above can fail
+    other = np.asarray(teacher.score([prompt[:-3]], [response])[0])
+    assert not np.allclose(other[generated], reference[generated])
+
+
+def test_audit_tables_rederive_every_advantage(tokenizer, tmp_path):
+    inputs = make_inputs(tokenizer, "opd", tmp_path)
+    train(tiny_config("opd", steps=1), inputs)
+    step = tmp_path / "audit" / "step-0000"
+    samples = pd.read_parquet(step / "samples.parquet")
+    tokens = pd.read_parquet(step / "tokens.parquet")
+    assert {"reward", "r_em", "c_tool", "b_s", "judge_score", "malformed", "kl_to_teacher"} <= set(samples.columns)
+    assert set(samples["role"]) == {"leader", "searcher", "answerer"}
+    rederived = compute_advantages(samples, tokens.assign(advantage=0.0), "opd", beta=0.01)
+    np.testing.assert_array_equal(rederived["advantage"].to_numpy(), tokens["advantage"].to_numpy())
+    assert (tokens["advantage"] != 0).any()
+    # the samples' reward is what entered the advantage: perturbing it changes the result
+    bumped = samples.copy()
+    bumped.loc[bumped["role"] == "answerer", "reward"] += np.arange((bumped["role"] == "answerer").sum())
+    changed = compute_advantages(bumped, tokens.assign(advantage=0.0), "opd", beta=0.01)
+    assert not np.array_equal(changed["advantage"].to_numpy(), tokens["advantage"].to_numpy())
+    assert (tmp_path / "audit" / "data_docs" / "step-0000" / "index.html").is_file()
+
+
+def test_no_searcher_supervision_leaves_searcher_tokens_out_of_the_loss(tokenizer, tmp_path):
+    inputs = make_inputs(tokenizer, "no_searcher_supervision", tmp_path)
+    train(tiny_config("no_searcher_supervision", steps=1), inputs)
+    tokens = pd.read_parquet(tmp_path / "audit" / "step-0000" / "tokens.parquet")
+    searcher = tokens["role"] == "searcher"
+    assert searcher.any() and (tokens.loc[searcher & (tokens["source"] == "generated")].shape[0] > 0)
+    assert (tokens.loc[searcher, "loss_mask"] == 0).all() and (tokens.loc[searcher, "advantage"] == 0).all()
+    assert tokens.loc[searcher, "teacher_logp"].isna().all()  # never scored: not needed
+    others = tokens[~searcher & (tokens["source"] == "generated")]
+    assert (others["loss_mask"] == 1).all() and others["teacher_logp"].notna().all()
+
+
+def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypatch):
+    """run_team: reads splits, base and teacher folders, logs one MLflow run, saves data/models/team."""
+    import mlflow
+
+    from pipeline.config import load_params
+    from pipeline.stages import STAGES, train_stages
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setattr(train_stages, "open_retriever", lambda root: FakeRetriever())
+    def scripted(path):
+        loaded = HFBackend(path)
+        return ScriptedHFBackend(loaded.model, loaded.tokenizer)
+
+    monkeypatch.setattr(train_stages, "open_backend", scripted)
+    save_hf_folder(tiny_model(tokenizer, 0), tokenizer, tmp_path / "data" / "models" / "base")
+    save_hf_folder(tiny_model(tokenizer, 1), tokenizer, tmp_path / "data" / "models" / "teacher")
+    (tmp_path / "data" / "splits").mkdir(parents=True)
+    questions(6).to_parquet(tmp_path / "data" / "splits" / "train.parquet")
+    questions(3, "d").to_parquet(tmp_path / "data" / "splits" / "dev.parquet")
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")
+    summary = STAGES["team"](params, tmp_path)
+    out = tmp_path / "data" / "models" / "team"
+    assert (out / "config.json").is_file() and summary["steps"] == params.train.systems.team.steps
+    trained = HFBackend(out).model.state_dict()
+    base = HFBackend(tmp_path / "data" / "models" / "base").model.state_dict()
+    assert any(not torch.equal(trained[k], base[k]) for k in base)
+    runs = mlflow.search_runs(experiment_names=["multiagent-opd-ci"])
+    assert list(runs["tags.mlflow.runName"]) == ["team"] and list(runs["tags.system"]) == ["multiagent_opd"]
+    assert "metrics.pg_loss" in runs.columns and "metrics.dev_em" in runs.columns
+    assert (tmp_path / "data" / "audit" / "multiagent_opd" / "step-0000" / "tokens.parquet").is_file()
+
+
+@pytest.mark.skipif(not os.environ.get("MAOPD_TIMING"), reason="timing probe: set MAOPD_TIMING=1")
+@pytest.mark.parametrize("key,scripted", [("teacher", False), ("team", True)])
+def test_step_time_tiny_profile_sizes(tokenizer, capsys, key, scripted):
+    """Wall time of one training step at the tiny profile's sizes with the 1.8M-parameter model
+    (hidden 192, 3 layers). teacher: real sampling from random weights (long, malformed outputs);
+    team: scripted well-formed hierarchy actions (every role acts) with the model's log-probs."""
+    from pipeline.config import load_params
+    from pipeline.rl.train_params import train_config
+    from pipeline.rl.trainer import collect_batch, make_optimizer, ppo_update
+
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "tiny")
+    cfg = train_config(params, key)
+    model = tiny_model(tokenizer, 0, hidden=192, layers=3)
+    policy = ScriptedHFBackend(model, tokenizer) if scripted else HFBackend(model, tokenizer)
+    teacher = HFBackend(tiny_model(tokenizer, 1, 192, 3), tokenizer) if key != "teacher" else None
+    inputs = TrainInputs(policy=policy, retriever=FakeRetriever(), train_questions=questions(8),
+                         dev_questions=questions(2, "d"), teacher=teacher)
+    torch.set_num_threads(2)
+    began = time.perf_counter()
+    batch = collect_batch(cfg, inputs, 0)
+    rolled = time.perf_counter()
+    ppo_update(model, make_optimizer(model, cfg), policy, batch, cfg, 0)
+    ended = time.perf_counter()
+    with capsys.disabled():
+        print(f"\n[tiny step {key}] samples={len(batch.samples)} tokens={len(batch.tokens)} "
+              f"rollout+score={rolled - began:.2f}s update={ended - rolled:.2f}s total={ended - began:.2f}s")
+    assert ended - began < 120
+
+
+def test_ablation_stage_rejects_an_unknown_item(tmp_path):
+    from pipeline.config import load_params
+    from pipeline.io import InputError
+    from pipeline.stages import STAGES
+
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")
+    with pytest.raises(InputError, match="ablation: unknown item 'no_leader'"):
+        STAGES["ablation"](params, tmp_path, "no_leader")
