@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
-from pipeline.io import InputError
+from pipeline.io import InputError, ValidationFailed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,13 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:
-        from pipeline.stages.data_stages import ValidationFailed
-
-        if isinstance(e, ValidationFailed):
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        raise
+    except ValidationFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -70,3 +70,12 @@ def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
 
 class InputError(ValueError):
     """Bad user input: the message names the file, line or field and what was expected."""
+
+
+class ValidationFailed(RuntimeError):
+    """A data-validation suite failed; the stage must stop the pipeline."""
+
+    def __init__(self, where: str, failures: list[str]):
+        self.failures = failures
+        lines = "\n".join(f"  - {f}" for f in failures)
+        super().__init__(f"{where}: validation failed ({len(failures)} problems)\n{lines}")

@@ -26,8 +26,11 @@ from pipeline.policy.stopping import StopStringChecker
 def load_local_model(
     path: str | os.PathLike, dtype: torch.dtype | str | None = None
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
-    """Model and tokenizer from a local HF folder; never touches the network."""
-    path = Path(path)
+    """Model and tokenizer from a local HF folder (or the folder a model_ref.json points to);
+    never touches the network."""
+    from pipeline.policy.model_ref import resolve_model_dir
+
+    path = resolve_model_dir(path)
     if not (path / "config.json").is_file():
         raise InputError(f"{path}: expected a Hugging Face model folder with config.json")
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)

@@ -5,7 +5,7 @@ the advantage) and its parts (correct, r_em, c_tool, b_s, judge_score, malformed
 kl_to_teacher) and every id needed to re-group it. `tokens.parquet`: sample_id, pos, token_id,
 role, source, loss_mask (as used in the loss), old_logp, teacher_logp, advantage. From these
 two tables `pipeline.rl.advantages.compute_advantages` re-derives every advantage.
-The mask-integrity suite (pipeline.validate.masks) runs on them; a violation raises AuditError.
+The mask-integrity suite (pipeline.validate.masks) runs on them; a violation raises ValidationFailed.
 """
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from pipeline.io import write_parquet
+from pipeline.io import ValidationFailed, write_parquet
 from pipeline.validate.masks import validate_masks
-
-
-class AuditError(RuntimeError):
-    """The audit tables of a training step violate mask integrity."""
 
 
 def write_audit(
@@ -30,7 +26,7 @@ def write_audit(
     tokens: pd.DataFrame,
     decode: Callable[[Sequence[int]], str] | None,
 ) -> Path:
-    """Write step-XXXX/{samples,tokens}.parquet and validate them; raise AuditError on a violation."""
+    """Write step-XXXX/{samples,tokens}.parquet and validate them; raise ValidationFailed on a violation."""
     out = Path(audit_root) / f"step-{step:04d}"
     write_parquet(out / "samples.parquet", samples.reset_index(drop=True))
     write_parquet(out / "tokens.parquet", tokens.reset_index(drop=True))
@@ -39,5 +35,5 @@ def write_audit(
         decode=(lambda ids: decode(list(ids))) if decode else None,
     )
     if not outcome.success:
-        raise AuditError(f"{out}: mask integrity violated:\n" + "\n".join(outcome.failures))
+        raise ValidationFailed(f"{out}: mask integrity", outcome.failures)
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.config import Params, workflow_config
-from pipeline.io import write_parquet
+from pipeline.io import ValidationFailed, write_parquet
 from pipeline.stages.paths import Paths
 from pipeline.systems import audit_dir, model_dir
 from pipeline.tracking import stage_run
@@ -44,7 +44,6 @@ def check_audit_tables(samples: pd.DataFrame, tokens: pd.DataFrame, docs_dir: Pa
 def run_validate_masks(params: Params, root: Path) -> dict:
     from pipeline.policy.hf_backend import HFBackend
     from pipeline.retrieval.retriever import DenseRetriever
-    from pipeline.stages.data_stages import ValidationFailed
 
     paths = Paths(root)
     cfg_params = params.validate_masks

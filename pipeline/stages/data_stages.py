@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.config import Params
-from pipeline.io import InputError, write_json, write_parquet
+from pipeline.io import InputError, ValidationFailed, write_json, write_parquet
 from pipeline.stages.paths import Paths
 from pipeline.tracking import stage_run
 
@@ -112,10 +112,3 @@ def run_index(params: Params, root: Path) -> dict:
         mlf.log_metrics({"passages": len(passages), "seconds": seconds,
                          "passages_per_second": len(passages) / max(seconds, 1e-9)})
     return dict(info)
-
-
-class ValidationFailed(RuntimeError):
-    def __init__(self, stage: str, failures: list[str]):
-        self.failures = failures
-        lines = "\n".join(f"  - {f}" for f in failures)
-        super().__init__(f"{stage}: validation failed ({len(failures)} problems)\n{lines}")

@@ -68,7 +68,7 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
     import torch
 
     from pipeline.agents.prompts import load_prompts
-    from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_examples, demo_stats, demo_texts
+    from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_sequences, demo_stats, demo_texts
     from pipeline.policy.lm_training import pretrain_lm, supervised_finetune
     from pipeline.policy.tiny_model import build_tiny_qwen3, count_parameters, save_hf_folder
     from pipeline.policy.tokenizer import train_bpe_tokenizer
@@ -109,22 +109,25 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
         tokenizer, hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads, num_kv_heads=m.kv_heads,
         intermediate_size=m.intermediate, max_position_embeddings=m.max_positions, seed=bm.seed,
     )
-    examples = demo_examples(demos, tokenizer)
+    examples = demo_sequences(demos, tokenizer)  # one masked transcript per demonstration
     lap("tokenizer")
 
+    # Pre-training reads the passages and the demonstrations' full transcripts (packed, no
+    # padding: the cheap way to learn the format and copying); SFT then trains the completions.
     pre = bm.pretrain
-    pre_hist = pretrain_lm(model, tokenizer, passages, steps=pre.steps, batch_size=pre.batch_size,
+    pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)), steps=pre.steps, batch_size=pre.batch_size,
                            seq_len=pre.seq_len, lr=pre.lr, seed=bm.seed, log_fn=_log_curve(mlf, "pretrain"))
     lap("pretrain")
     sft_hist = supervised_finetune(model, tokenizer, examples, steps=bm.sft.steps, batch_size=bm.sft.batch_size,
-                                   lr=bm.sft.lr, seed=bm.seed, append_eos=False, log_fn=_log_curve(mlf, "sft"))
+                                   lr=bm.sft.lr, seed=bm.seed, append_eos=False, group_by_length=True,
+                                   log_fn=_log_curve(mlf, "sft"))
     lap("sft")
     save_hf_folder(model, tokenizer, out)
     lap("save")
 
     figures = {
         "parameters": count_parameters(model), "vocab": len(tokenizer), "sft_examples": len(examples),
-        "sft_example_tokens": sum(len(p) + len(c) for p, c in examples) / len(examples),
+        "sft_example_tokens": sum(len(e[0]) + len(e[1]) for e in examples) / len(examples),
         "pretrain_final_loss": _tail_mean(pre_hist), "sft_final_loss": _tail_mean(sft_hist),
         **demo_stats(demos), **seconds, "seconds_training": sum(seconds.values()),
     }

@@ -1,0 +1,67 @@
+"""The whole paper on the `ci` profile: `dvc repro` from a fresh copy builds every stage,
+ends with the report, and a second `dvc repro` does nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.systems import SYSTEMS
+from pipeline.workspace import copy_repo
+
+pytestmark = pytest.mark.slow
+
+
+def _dvc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([str(bin_dir / "dvc"), *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    work = copy_repo(tmp_path_factory.mktemp("e2e") / "repo", profile="ci")
+    proc = _dvc(["repro"], work)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return work
+
+
+def test_every_system_is_evaluated_four_times_per_question(built):
+    test = pd.read_parquet(built / "data" / "splits" / "test.parquet")
+    for system in SYSTEMS:
+        records = pd.read_parquet(built / "data" / "eval" / system.name / "records.parquet")
+        assert len(records) == 4 * len(test), system.name
+        assert not records.duplicated(["question_id", "run"]).any()
+
+
+def test_report_and_metrics_are_written(built):
+    assert (built / "reports" / "ci" / "paper.md").read_text().count("|") > 20
+    assert (built / "reports" / "ci" / "paper.html").exists()
+    assert (built / "reports" / "ci" / "main_table.tex").exists()
+    metrics = json.loads((built / "reports" / "metrics.json").read_text())
+    assert set(metrics["systems"]) == {s.name for s in SYSTEMS}
+
+
+def test_training_audits_exist_for_every_trained_system(built):
+    audits = {p.name for p in (built / "data" / "audit").iterdir()}
+    assert "base" in audits
+    assert len(audits) >= 7
+
+
+def test_dvc_metrics_show_prints_the_macro_figures(built):
+    proc = _dvc(["metrics", "show"], built)
+    assert proc.returncode == 0, proc.stderr
+    assert "macro" in proc.stdout
+
+
+def test_second_repro_does_nothing(built):
+    proc = _dvc(["repro"], built)
+    assert proc.returncode == 0, proc.stderr
+    assert "Running stage" not in proc.stdout
