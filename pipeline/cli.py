@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 import sys
+import time
 from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
@@ -37,6 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _append_timing(root: Path, timing: dict) -> None:
+    """One line per stage run in data/timings.jsonl (read by benchmarks/bench_pipeline.py)."""
+    path = root / "data" / "timings.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(timing) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pipeline").setLevel(logging.INFO)
@@ -55,8 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.stages import STAGES
 
         fn = STAGES[args.stage]
+        started = time.perf_counter()
         summary = fn(params, root, args.arg) if args.arg is not None else fn(params, root)
-        print(json.dumps({"stage": args.stage, "profile": params.profile, **(summary or {})}, default=str))
+        name = args.stage if args.arg is None else f"{args.stage}@{args.arg}"
+        timing = {"stage": name, "profile": params.profile, "seconds": round(time.perf_counter() - started, 2),
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+        _append_timing(root, timing)
+        print(json.dumps({**timing, **(summary or {})}, default=str))
         return 0
     except (ConfigError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)

