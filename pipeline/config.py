@@ -237,6 +237,7 @@ class BaseModelParams(_Strict):
     threads: int = Field(gt=0)
     behaviour_questions: int = Field(ge=0)  # dev questions of the base behaviour check (0: skip)
     vocab_size: int | None = Field(default=None, gt=0)
+    max_token_bytes: int | None = Field(default=None, gt=1)  # BPE merge cap; None: uncapped
     model: BaseModelShape | None = None
     pretrain: PretrainParams | None = None
     sft: SftParams | None = None

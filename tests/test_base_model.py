@@ -198,3 +198,30 @@ def test_paper_profile_stage_references_the_local_model(tmp_path, monkeypatch):
     summary = run_base_model(params, tmp_path)
     assert summary["kind"] == "local" and summary["files"] == 3
     assert resolve_model_dir(tmp_path / "data" / "models" / "base") == local.resolve()
+
+
+def test_demo_sequences_train_every_turn_and_no_observation(demos):
+    from pipeline.policy.demos import demo_sequences, demo_texts
+
+    tokenizer = train_bpe_tokenizer(demo_texts(demos), 400)
+    with_observations = [d for d in demos if any(t.observation for t in d.turns)]
+    assert with_observations, "expected multi-turn Searcher demos with observations"
+    for demo, (_, ids, mask) in zip(with_observations, demo_sequences(with_observations, tokenizer)):
+        trained = tokenizer.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True)
+        context = tokenizer.decode([i for i, m in zip(ids, mask) if not m], skip_special_tokens=True)
+        assert trained == "".join(t.completion for t in demo.turns)
+        assert context == "".join(t.observation for t in demo.turns)
+
+
+def test_length_grouped_batches_cover_each_example_once_with_little_padding():
+    import torch
+
+    from pipeline.policy.lm_training import length_grouped_batches
+
+    lengths = [int(x) for x in torch.randint(5, 300, (512,), generator=torch.Generator().manual_seed(0))]
+    batches = length_grouped_batches(lengths, 8, torch.Generator().manual_seed(1), window=16)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    plain = sum(8 * max(lengths[i : i + 8]) for i in range(0, len(lengths), 8))
+    real = sum(lengths)
+    assert padded < 1.2 * real < 0.8 * plain  # grouped: ~10% padding; in order: ~80%

@@ -36,7 +36,7 @@ from pipeline.policy.demos_agents import (
 from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
 from pipeline.retrieval.base import Retriever
 
-__all__ = ["Demo", "DemoConfig", "DemoRates", "Turn", "build_demos", "demo_examples", "demo_texts"]
+__all__ = ["Demo", "DemoConfig", "DemoRates", "Turn", "build_demos", "demo_examples", "demo_sequences", "demo_texts"]
 
 DEMO_ROLES = ("searcher", "answerer", "leader", "judge")
 _CHUNK = 48  # questions played together: their searches are retrieved in one batch per replay
@@ -144,6 +144,29 @@ def demo_examples(
             examples.append((list(context), completion + ([eos] if append_eos and eos is not None else [])))
             context += completion + (encode_text_ids(tokenizer, turn.observation) if turn.observation else [])
     return examples
+
+
+def demo_sequences(
+    demos: Sequence[Demo], tokenizer: PreTrainedTokenizerBase, append_eos: bool = False
+) -> list[tuple[list[int], list[int], list[int]]]:
+    """(prompt ids, transcript ids, loss mask): one triple per demonstration, its turns and
+    observations in one sequence with the observations masked out. A causal model sees each
+    turn in exactly the context `demo_examples` gives it, so the loss is the same as over the
+    per-turn examples, at the cost of one forward pass instead of one per turn."""
+    eos = tokenizer.eos_token_id
+    sequences = []
+    for demo in demos:
+        ids: list[int] = []
+        mask: list[int] = []
+        for turn in demo.turns:
+            completion = encode_text_ids(tokenizer, turn.completion)
+            if append_eos and eos is not None:
+                completion.append(eos)
+            observation = encode_text_ids(tokenizer, turn.observation) if turn.observation else []
+            ids += completion + observation
+            mask += [1] * len(completion) + [0] * len(observation)
+        sequences.append((encode_prompt_ids(tokenizer, demo.prompt), ids, mask))
+    return sequences
 
 
 def demo_stats(demos: Sequence[Demo]) -> dict[str, float]:

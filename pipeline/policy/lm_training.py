@@ -1,5 +1,6 @@
 """Plain-torch training loops for the tiny model: packed LM pre-training and supervised
-fine-tuning on prompt/completion pairs (loss on the completion only).
+fine-tuning on prompt/completion pairs (loss on the completion only, or on the completion
+tokens a mask marks: a multi-turn transcript whose observations are context only).
 
 Both: AdamW, linear warm-up then cosine decay, gradient clipping at 1.0, a tqdm bar,
 `log_fn(step, metrics)` after every step, deterministic for a given seed and thread count
@@ -18,7 +19,7 @@ from pipeline.io import InputError
 from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
 
 LogFn = Callable[[int, dict], None]
-Example = tuple[str, str] | tuple[Sequence[int], Sequence[int]]
+Example = tuple[str, str] | tuple[Sequence[int], Sequence[int]] | tuple[Sequence[int], Sequence[int], Sequence[int]]
 
 GRAD_CLIP = 1.0
 
@@ -140,19 +141,21 @@ def encode_examples(
     examples: Sequence[Example],
     max_len: int,
     append_eos: bool = True,
-) -> list[tuple[list[int], list[int]]]:
+) -> list[tuple]:
     """(prompt ids, completion ids) per example, fitted into `max_len` tokens.
 
     Text prompts are encoded exactly like a rollout's (`encode_prompt_ids`); text
-    completions get eos appended when `append_eos`. Id pairs are used as they are.
-    Too-long pairs lose prompt tokens from the left (then completion tokens from the right).
+    completions get eos appended when `append_eos`. Id pairs are used as they are; id
+    triples (prompt, completion, loss mask over the completion: 1 = trained, 0 = context
+    such as an observation) keep their mask and come back as triples.
+    Too-long examples lose prompt tokens from the left (then completion tokens from the right).
     """
-    encoded = []
+    encoded: list[tuple] = []
     for i, example in enumerate(examples):
-        if len(example) != 2:
-            raise InputError(f"examples[{i}]: expected a (prompt, completion) pair")
-        prompt, completion = example
-        if isinstance(prompt, str) != isinstance(completion, str):
+        if len(example) not in (2, 3):
+            raise InputError(f"examples[{i}]: expected a (prompt, completion) pair or an id triple with a mask")
+        prompt, completion = example[0], example[1]
+        if isinstance(prompt, str) != isinstance(completion, str) or (len(example) == 3 and isinstance(prompt, str)):
             raise InputError(f"examples[{i}]: expected both texts or both id lists")
         if isinstance(prompt, str):
             prompt_ids = encode_prompt_ids(tokenizer, prompt)
@@ -165,8 +168,30 @@ def encode_examples(
             raise InputError(f"examples[{i}]: expected a non-empty completion")
         completion_ids = completion_ids[: max_len - 1]
         prompt_ids = prompt_ids[max(0, len(prompt_ids) - (max_len - len(completion_ids))) :]
-        encoded.append((prompt_ids, completion_ids))
+        if len(example) == 3:
+            mask = [int(bool(m)) for m in example[2]]
+            if len(mask) < len(completion_ids):
+                raise InputError(f"examples[{i}]: expected one mask value per completion token")
+            encoded.append((prompt_ids, completion_ids, mask[: len(completion_ids)]))
+        else:
+            encoded.append((prompt_ids, completion_ids))
     return encoded
+
+
+def length_grouped_batches(
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator, window: int = 32
+) -> list[list[int]]:
+    """One epoch of batches: a random permutation cut into windows of `window` batches,
+    each window sorted by length and cut into batches, the batches then shuffled. Batches
+    hold examples of similar length, so padding costs little and the order stays random."""
+    perm = torch.randperm(len(lengths), generator=generator).tolist()
+    span = batch_size * max(1, window)
+    batches: list[list[int]] = []
+    for start in range(0, len(perm), span):
+        chunk = sorted(perm[start : start + span], key=lambda i: lengths[i])
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
 
 
 def supervised_finetune(
@@ -181,10 +206,13 @@ def supervised_finetune(
     warmup_steps: int | None = None,
     weight_decay: float = 0.0,
     append_eos: bool = True,
+    group_by_length: bool = False,
     log_fn: LogFn | None = None,
 ) -> list[dict]:
-    """Fine-tune on prompt/completion pairs; loss (token mean) on completion tokens only,
-    right padding. Batches are drawn uniformly at random with replacement."""
+    """Fine-tune on prompt/completion pairs; loss (token mean) on completion tokens only
+    (those the mask marks, for id triples), right padding. Batches are drawn uniformly at
+    random with replacement, or (`group_by_length`) as epochs of length-grouped batches
+    (`length_grouped_batches`): the same examples with far less padding."""
     if not examples:
         raise InputError("examples: expected at least one (prompt, completion) pair")
     max_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
@@ -193,21 +221,32 @@ def supervised_finetune(
     device = _device(model)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
+    lengths = [len(e[0]) + len(e[1]) for e in encoded]
+    queue: list[list[int]] = []
+
+    def picks() -> list[int]:
+        if not group_by_length:
+            return torch.randint(0, len(encoded), (batch_size,), generator=generator).tolist()
+        if not queue:
+            queue.extend(reversed(length_grouped_batches(lengths, batch_size, generator)))
+        return queue.pop()
 
     def batches() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        picks = torch.randint(0, len(encoded), (batch_size,), generator=generator).tolist()
-        rows = [encoded[i] for i in picks]
-        width = max(len(p) + len(c) for p, c in rows)
-        input_ids = torch.full((batch_size, width), pad, dtype=torch.long)
-        labels = torch.full((batch_size, width), -100, dtype=torch.long)
-        attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
-        for row, (prompt, completion) in enumerate(rows):
+        rows = [encoded[i] for i in picks()]
+        width = max(len(r[0]) + len(r[1]) for r in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, example in enumerate(rows):
+            prompt, completion = example[0], example[1]
             ids = torch.tensor(prompt + completion, dtype=torch.long)
             input_ids[row, : len(ids)] = ids
-            labels[row, len(prompt) : len(ids)] = ids[len(prompt) :]
+            target = ids[len(prompt) :].clone()
+            if len(example) == 3:
+                target[torch.tensor(example[2], dtype=torch.bool).logical_not()] = -100
+            labels[row, len(prompt) : len(ids)] = target
             attention_mask[row, : len(ids)] = 1
         return input_ids.to(device), labels.to(device), attention_mask.to(device)
 
     return _run(model, batches, steps=steps, lr=lr, warmup_steps=warmup_steps,
                 weight_decay=weight_decay, log_fn=log_fn, desc="sft")
-

@@ -32,8 +32,13 @@ def train_bpe_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
     out_dir: str | os.PathLike | None = None,
+    max_token_length: int | None = None,
 ) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on `texts`; optionally save it (atomically) to `out_dir`."""
+    """Train a byte-level BPE on `texts`; optionally save it (atomically) to `out_dir`.
+
+    `max_token_length` caps a merged token's length in characters: with short caps, rare
+    names split into frequent syllable tokens, which a tiny model learns to copy.
+    """
     base_vocab = len(pre_tokenizers.ByteLevel.alphabet()) + 2 + len(PROTOCOL_TAGS)
     if vocab_size <= base_vocab:
         raise InputError(f"vocab_size: expected more than {base_vocab} (bytes + specials + tags), got {vocab_size}")
@@ -46,6 +51,7 @@ def train_bpe_tokenizer(
         special_tokens=[EOS_TOKEN, PAD_TOKEN],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
+        max_token_length=max_token_length,
     )
     n_texts = 0
 

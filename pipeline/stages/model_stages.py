@@ -103,7 +103,9 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
         raise InputError(f"{paths.split('train')}: no demonstrations could be made (no training questions?)")
     lap("demos")
 
-    tokenizer = train_bpe_tokenizer(itertools.chain(passages, demo_texts(demos)), bm.vocab_size)
+    tokenizer = train_bpe_tokenizer(
+        itertools.chain(passages, demo_texts(demos)), bm.vocab_size, max_token_length=bm.max_token_bytes
+    )
     m = bm.model
     model = build_tiny_qwen3(
         tokenizer, hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads, num_kv_heads=m.kv_heads,
