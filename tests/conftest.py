@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Prefect's temporary server logs its shutdown after pytest has closed the output streams;
+# keep its loggers at WARNING so the run ends on pytest's summary line.
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO_ROOT.parent / "shared" / "data" / "real"
