@@ -20,7 +20,7 @@ class System:
     published_pass4: float
 
     def model_dir(self, root: Path) -> Path:
-        return root / "data" / "models" / self.weights
+        return model_dir(root, self.weights)
 
 
 SYSTEMS: tuple[System, ...] = (

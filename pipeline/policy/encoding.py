@@ -30,6 +30,22 @@ def encode_text_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+class TokenizerText:
+    """The text <-> ids half of PolicyBackend, shared by every backend with a `tokenizer`."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def encode_prompt(self, text: str) -> list[int]:
+        return encode_prompt_ids(self.tokenizer, text)
+
+    def encode(self, text: str) -> list[int]:
+        return encode_text_ids(self.tokenizer, text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`; special tokens (eos, pad) are dropped, protocol tags are kept."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
 def truncate_left(ids: Sequence[int], max_len: int, what: str = "prompt") -> list[int]:
     """Keep the last `max_len` ids, warning when anything is dropped."""
     ids = list(ids)

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 
 from pipeline.io import InputError
 from pipeline.policy.base import Generation, SamplingParams
-from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids, truncate_left
+from pipeline.policy.encoding import TokenizerText, truncate_left
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.sampling import sample_next_tokens
 from pipeline.policy.stopping import StopStringChecker
@@ -61,7 +61,7 @@ def _validate(params: SamplingParams, n: int) -> None:
         raise InputError(f"max_new_tokens: expected >= 1, got {params.max_new_tokens}")
 
 
-class HFBackend:
+class HFBackend(TokenizerText):
     """In-process backend. `model` may be shared with a trainer: updates are seen at once."""
 
     def __init__(
@@ -95,17 +95,6 @@ class HFBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else min(self.eos_ids, default=0))
         self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-
-    # -- text <-> ids -------------------------------------------------------------------
-    def encode_prompt(self, text: str) -> list[int]:
-        return encode_prompt_ids(self.tokenizer, text)
-
-    def encode(self, text: str) -> list[int]:
-        return encode_text_ids(self.tokenizer, text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of `ids`; special tokens (eos, pad) are dropped, protocol tags are kept."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # -- sampling -----------------------------------------------------------------------
     def generate(

@@ -29,7 +29,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from pipeline.io import InputError
 from pipeline.policy.base import Generation, SamplingParams
-from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
+from pipeline.policy.encoding import TokenizerText
 
 
 class SGLangError(RuntimeError):
@@ -59,7 +59,7 @@ def _logprob_triples(meta: dict, key: str, where: str) -> list[list]:
     return triples
 
 
-class SGLangBackend:
+class SGLangBackend(TokenizerText):
     """Same interface as HFBackend; tokenisation happens here, the server sees only ids."""
 
     def __init__(
@@ -82,15 +82,6 @@ class SGLangBackend:
         self.client = client or httpx.Client(timeout=timeout_s)
         self.max_batch_size = max_batch_size
         self.send_seed = send_seed
-
-    def encode_prompt(self, text: str) -> list[int]:
-        return encode_prompt_ids(self.tokenizer, text)
-
-    def encode(self, text: str) -> list[int]:
-        return encode_text_ids(self.tokenizer, text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def _post_generate(self, payload: dict[str, Any], expected: int) -> list[dict]:
         response = self.client.post(f"{self.url}/generate", json=payload)

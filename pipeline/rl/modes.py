@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from pipeline.io import InputError
 
@@ -15,14 +15,7 @@ Mode = Literal[
     "no_searcher_supervision",
     "prompted_critic",
 ]
-MODES: tuple[str, ...] = (
-    "stage1",
-    "opd",
-    "outcome_rl_searcher",
-    "base_teacher",
-    "no_searcher_supervision",
-    "prompted_critic",
-)
+MODES: tuple[str, ...] = get_args(Mode)
 ROLES: tuple[str, ...] = ("leader", "searcher", "answerer")
 ROLE_IDS: dict[str, int] = {role: i for i, role in enumerate(ROLES)}
 
