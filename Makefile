@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup repro test test-fast bench clean-venv
+.PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui
 
 setup: $(STAMP)
 
@@ -38,6 +38,17 @@ test-fast: setup
 
 bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Local orchestration (README "Prefect" and "MLflow"): both bind 127.0.0.1 only.
+prefect-up: setup
+	scripts/prefect-up.sh
+
+prefect-down:
+	scripts/prefect-down.sh
+
+mlflow-ui: setup
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --host 127.0.0.1 --port 5000 --workers 1 \
+		--backend-store-uri sqlite:///$(CURDIR)/mlflow.db --default-artifact-root $(CURDIR)/mlartifacts
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,12 +1,13 @@
-"""Register the deployments (shown in the Prefect UI) on the CPU and GPU work pools.
+"""Register the deployments (shown in the Prefect UI) and their work pools.
 
-    prefect server start                              # or point PREFECT_API_URL at a server
-    python -m flows.deploy                            # creates the pools if missing, registers
-    prefect worker start --pool cpu                   # and, on each GPU machine: --pool gpu
+    make prefect-up            # server + a `cpu` worker + this script (see the README)
+    python -m flows.deploy     # against any server: PREFECT_API_URL=http://host:4200/api
 
-Deployments: `paper-nightly` (the whole DAG, nightly at 02:00; DVC skips every stage whose
-inputs did not change), `stage-cpu` and `stage-gpu` (one stage by name, e.g. the GPU pool's
-worker runs `evaluate@multiagent_opd`). Workers run the code from this checkout.
+Deployments of the flow `maopd-paper` (`flows/stages.py:paper_flow`):
+- `paper`: the paper profile on the `gpu` pool, weekly (Sunday 03:00 UTC);
+- `smoke`: the ci profile on the `cpu` pool, nightly (02:00 UTC).
+Both run the whole DAG; DVC skips every stage whose inputs did not change. Any stage or
+group runs alone with `-p stages='["evaluate"]'`. Workers run the flow from this checkout.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from prefect import deploy
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 
-from flows.stages import ROOT, paper_flow, stage_flow
+from flows.stages import ROOT, paper_flow
 
-POOLS = {"cpu": "data, index and report stages", "gpu": "base model, training and evaluation stages"}
+POOLS = {"cpu": "data, index and report stages; the ci smoke run",
+         "gpu": "base model, training and evaluation stages; the paper profile"}
+DEPLOYMENTS = {
+    # name: (pool, cron, parameters)
+    "paper": ("gpu", "0 3 * * 0", {"profile": "paper"}),
+    "smoke": ("cpu", "0 2 * * *", {"profile": "ci"}),
+}
 
 
 async def ensure_pools() -> None:
@@ -30,17 +37,14 @@ async def ensure_pools() -> None:
                 await client.create_work_pool(WorkPoolCreate(name=name, type="process", description=description))
 
 
-def deployments():
-    """(deployment, pool) pairs; the flows are loaded from this checkout by the workers."""
-    def local(flow, entrypoint):
-        return flow.from_source(source=str(ROOT), entrypoint=entrypoint)
-
-    paper = local(paper_flow, "flows/stages.py:paper_flow")
-    stage = local(stage_flow, "flows/stages.py:stage_flow")
+def deployments() -> list[tuple]:
+    """(deployment, pool) pairs, the flow loaded from this checkout by the workers."""
+    source = paper_flow.from_source(source=str(ROOT), entrypoint="flows/stages.py:paper_flow")
     return [
-        (paper.to_deployment(name="paper-nightly", cron="0 2 * * *", tags=["paper"]), "cpu"),
-        (stage.to_deployment(name="stage-cpu", tags=["cpu"]), "cpu"),
-        (stage.to_deployment(name="stage-gpu", tags=["gpu"]), "gpu"),
+        (source.to_deployment(name=name, cron=cron, parameters=parameters, tags=[pool, name],
+                              description=f"{parameters['profile']} profile, whole DAG, on the {pool} pool"),
+         pool)
+        for name, (pool, cron, parameters) in DEPLOYMENTS.items()
     ]
 
 

@@ -20,6 +20,10 @@ def tracking_uri(root: Path | None = None) -> str:
 
 
 def git_commit(root: Path | None = None) -> str:
+    """The checkout's commit (`-dirty` with uncommitted changes); MAOPD_GIT_COMMIT wins, for
+    stages that run in a copy of the checkout (Prefect workspaces) that is not a git repo."""
+    if os.environ.get("MAOPD_GIT_COMMIT"):
+        return os.environ["MAOPD_GIT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10
@@ -50,6 +54,27 @@ def experiment_name(profile: str) -> str:
     return f"multiagent-opd-{profile}"
 
 
+def artifact_root(root: Path | None = None) -> str:
+    return os.environ.get("MLFLOW_ARTIFACT_ROOT") or ((root or REPO_ROOT) / "mlartifacts").as_uri()
+
+
+def ensure_experiment(profile: str, uri: str, artifacts: str) -> str:
+    """Create the store (a new sqlite file is migrated on first use) and the profile's
+    experiment if missing; safe when several stages start at once."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    name = experiment_name(profile)
+    if client.get_experiment_by_name(name) is None:
+        try:
+            client.create_experiment(name, artifact_location=artifacts)
+        except MlflowException:
+            if client.get_experiment_by_name(name) is None:  # not a lost race: a real error
+                raise
+    return name
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
               tags: Mapping[str, str] | None = None, root: Path | None = None) -> Iterator[Any]:
@@ -60,10 +85,7 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(root))
-    name = experiment_name(profile)
-    if mlflow.get_experiment_by_name(name) is None:
-        artifacts = os.environ.get("MLFLOW_ARTIFACT_ROOT") or ((root or REPO_ROOT) / "mlartifacts").as_uri()
-        mlflow.create_experiment(name, artifact_location=artifacts)
+    name = ensure_experiment(profile, tracking_uri(root), artifact_root(root))
     mlflow.set_experiment(name)
     with mlflow.start_run(run_name=stage):
         mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root), **(tags or {})})

@@ -1,0 +1,306 @@
+"""Where each stage of a flow run executes, and how its results reach the run's checkout.
+
+A flow run owns a *run root*: the checkout itself, or for another profile a copy of it under
+`.maopd/profiles/<profile>/` whose params.yaml selects that profile. Every stage runs in its
+own *workspace* (`.maopd/work/<profile>/<stage>/`: the code, the run root's dvc.lock and the
+stage's data), so independent stages run at the same time without fighting over DVC's lock.
+All copies share the checkout's DVC cache; data moves between them, and between machines,
+through the DVC remote:
+
+    pull (upstream outputs, and the stage's own)  ->  dvc repro -s  ->  push  ->  sync back
+
+Syncing back merges the stage's dvc.lock entry into the run root and checks its outputs out
+there, so `dvc status` in the run root is clean once the flow ends.
+
+No Prefect here: these are plain functions the flow's tasks call.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.io import write_text as atomic_write_text
+
+STATE_DIR = ".maopd"
+# Top-level paths of a checkout that are state, never code: not mirrored, never deleted.
+_STATE = ("data", "reports", ".dvc", STATE_DIR, "dvc.lock", "mlflow.db", "mlartifacts", ".git")
+_sync_lock = threading.Lock()
+
+
+class StageFailed(RuntimeError):
+    """`dvc` failed for a stage; `transient` says whether running it again may succeed."""
+
+    def __init__(self, message: str, transient: bool):
+        super().__init__(message)
+        self.transient = transient
+
+
+# Failures worth a retry: another DVC process held a lock, the remote was unreachable, the
+# process was killed (OOM killer, preempted worker). A stage's own error is not retried.
+_TRANSIENT = re.compile(
+    r"Unable to acquire lock|Connection (reset|refused|aborted)|timed out|Temporary failure|"
+    r"failed to (push|pull|fetch)|remote .* (unreachable|not available)",
+    re.IGNORECASE,
+)
+
+
+def is_transient(returncode: int, output: str) -> bool:
+    return returncode < 0 or returncode in (137, 143) or bool(_TRANSIENT.search(output))
+
+
+def repro_status(output: str, stage: str) -> str:
+    """What `dvc repro -s <stage>` did: `skipped` (up to date), `restored` (from the run
+    cache) or `ran`."""
+    quoted = re.escape(f"'{stage}'")
+    if re.search(rf"Stage {quoted} didn't change, skipping", output):
+        return "skipped"
+    if re.search(rf"Stage {quoted} is cached - skipping run", output):
+        return "restored"
+    return "ran"
+
+
+def dvc_executable() -> str:
+    candidate = Path(sys.executable).with_name("dvc")
+    return str(candidate) if candidate.exists() else "dvc"
+
+
+def stage_env(layout: "RunLayout") -> dict[str, str]:
+    """The environment of every `dvc` call: stage commands call `python` (this interpreter),
+    track into the checkout's MLflow store and tag runs with the checkout's commit."""
+    env = dict(os.environ)
+    env.update({
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        "DVC_NO_ANALYTICS": "1",
+        "MLFLOW_TRACKING_URI": env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{layout.checkout / 'mlflow.db'}",
+        "MLFLOW_ARTIFACT_ROOT": env.get("MLFLOW_ARTIFACT_ROOT") or (layout.checkout / "mlartifacts").as_uri(),
+        "MAOPD_GIT_COMMIT": layout.commit,
+    })
+    env.pop("MAOPD_PROFILE", None)  # the profile is params.yaml's, so DVC tracks it
+    return env
+
+
+def run_dvc(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    proc = subprocess.run([dvc_executable(), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    checkout: Path  # the git checkout the flow's code comes from
+    profile: str
+
+    @classmethod
+    def for_profile(cls, checkout: Path, profile: str | None) -> "RunLayout":
+        checkout = Path(checkout).resolve()
+        return cls(checkout, profile or checkout_profile(checkout))
+
+    @property
+    def root(self) -> Path:
+        if self.profile == checkout_profile(self.checkout):
+            return self.checkout
+        return self.checkout / STATE_DIR / "profiles" / self.profile
+
+    def workspace(self, stage: str) -> Path:
+        return self.checkout / STATE_DIR / "work" / self.profile / stage
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.checkout / ".dvc" / "cache"
+
+    @property
+    def commit(self) -> str:
+        from pipeline.tracking import git_commit
+
+        return git_commit(self.checkout)
+
+
+def checkout_profile(checkout: Path) -> str:
+    return str(yaml.safe_load((checkout / "params.yaml").read_text())["profile"])
+
+
+def code_files(checkout: Path) -> list[str]:
+    """Tracked and untracked-but-not-ignored files of the checkout, state excluded."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=checkout,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    return [f for f in out if f.split("/")[0] not in _STATE and (checkout / f).is_file()]
+
+
+def default_remote_url(checkout: Path) -> str | None:
+    """The checkout's default DVC remote as an absolute path when it is a local folder given
+    relative to `.dvc/` (copies elsewhere must point at the same folder); other URLs as they are."""
+    from dvc.config import Config
+
+    config = Config(dvc_dir=str(checkout / ".dvc"))
+    name = config["core"].get("remote")
+    if not name:
+        return None
+    url = str(config["remote"][name]["url"])
+    if "://" in url or os.path.isabs(url):
+        return url
+    return str((checkout / ".dvc" / url).resolve())
+
+
+def mirror(layout: RunLayout, dest: Path) -> None:
+    """Make `dest` a copy of the checkout's code with the layout's profile; keep its state
+    (data, dvc.lock); point its DVC cache and remote at the checkout's."""
+    files = code_files(layout.checkout)
+    keep = set(files)
+    tops = {f.split("/")[0] for f in files}
+    dest.mkdir(parents=True, exist_ok=True)
+    for top in tops:  # files deleted from the checkout leave the copy too
+        path = dest / top
+        if path.is_dir():
+            for p in path.rglob("*"):
+                if p.is_file() and p.relative_to(dest).as_posix() not in keep and "__pycache__" not in p.parts:
+                    p.unlink()
+    for rel in files:
+        src, dst = layout.checkout / rel, dest / rel
+        if dst.is_file() and dst.stat().st_size == src.stat().st_size and dst.read_bytes() == src.read_bytes():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    params = dest / "params.yaml"
+    text = params.read_text()
+    switched = re.sub(r"(?m)^profile: .*$", f"profile: {layout.profile}", text)
+    if switched != text:
+        atomic_write_text(params, switched)
+    (dest / ".dvc").mkdir(exist_ok=True)
+    shutil.copy2(layout.checkout / ".dvc" / "config", dest / ".dvc" / "config")
+    local = ["[core]", "    no_scm = true", "[cache]", f"    dir = {layout.cache_dir}"]
+    url, name = default_remote_url(layout.checkout), _remote_name(layout.checkout)
+    if url and name:
+        local += [f"['remote \"{name}\"']", f"    url = {url}"]
+    atomic_write_text(dest / ".dvc" / "config.local", "\n".join(local) + "\n")
+
+
+def _remote_name(checkout: Path) -> str | None:
+    from dvc.config import Config
+
+    return Config(dvc_dir=str(checkout / ".dvc"))["core"].get("remote")
+
+
+def prepare_root(layout: RunLayout) -> Path:
+    """The run root, created (another profile) or refreshed from the checkout's code."""
+    if layout.root != layout.checkout:
+        mirror(layout, layout.root)
+    return layout.root
+
+
+def prepare_workspace(layout: RunLayout, stage: str) -> Path:
+    ws = layout.workspace(stage)
+    mirror(layout, ws)
+    lock = layout.root / "dvc.lock"
+    if lock.exists():
+        atomic_write_text(ws / "dvc.lock", lock.read_text())
+    return ws
+
+
+@dataclass
+class StageOutcome:
+    stage: str
+    status: str  # ran | skipped | restored
+    workspace: str
+    log_tail: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "status": self.status, "workspace": self.workspace}
+
+
+def _check(code: int, output: str, what: str) -> None:
+    if code != 0:
+        raise StageFailed(f"{what} failed (exit {code}):\n{_tail(output, 30)}", is_transient(code, output))
+
+
+def _tail(output: str, n: int) -> str:
+    return "\n".join(output.splitlines()[-n:])
+
+
+def run_stage(layout: RunLayout, stage: str, upstream: list[str], push: bool = True) -> StageOutcome:
+    """Pull what `stage` needs, reproduce it alone in its workspace, push its outputs, and
+    merge the result into the run root."""
+    env = stage_env(layout)
+    ws = prepare_workspace(layout, stage)
+    # --allow-missing: a stage never run anywhere has nothing to pull yet
+    code, out = run_dvc(["pull", "--allow-missing", *upstream, stage], ws, env)
+    if code != 0 and upstream:
+        _check(code, out, f"dvc pull {' '.join(upstream)} (inputs of {stage})")
+    code, repro_out = run_dvc(["repro", "--single-item", stage], ws, env)
+    _check(code, repro_out, f"dvc repro --single-item {stage}")
+    if push and default_remote_url(layout.checkout):
+        code, out = run_dvc(["push", stage], ws, env)
+        _check(code, out, f"dvc push {stage}")
+    sync_back(layout, ws, stage)
+    return StageOutcome(stage, repro_status(repro_out, stage), str(ws), repro_out.splitlines()[-40:])
+
+
+def stage_lock_entry(lock_path: Path, stage: str) -> dict:
+    lock = yaml.safe_load(lock_path.read_text()) or {}
+    try:
+        return lock["stages"][stage]
+    except KeyError:
+        raise StageFailed(f"{lock_path}: no entry for stage {stage!r} after dvc repro", transient=False) from None
+
+
+def merge_lock_entry(lock_path: Path, stage: str, entry: dict) -> None:
+    lock = yaml.safe_load(lock_path.read_text()) if lock_path.exists() else None
+    lock = lock or {"schema": "2.0", "stages": {}}
+    lock.setdefault("stages", {})[stage] = entry
+    atomic_write_text(lock_path, yaml.safe_dump(lock, sort_keys=False))
+
+
+def _uncached_outs(ws: Path, stage: str) -> list[str]:
+    from dvc.repo import Repo
+
+    with Repo(str(ws)) as repo:
+        (resolved,) = repo.stage.collect(f"{ws / 'dvc.yaml'}:{stage}")  # a bare name resolves from the cwd
+        return [out.def_path for out in resolved.outs if not out.use_cache]
+
+
+def sync_back(layout: RunLayout, ws: Path, stage: str) -> None:
+    """The stage's lock entry and outputs from its workspace into the run root (one at a time:
+    tasks of a flow run share the run root)."""
+    root = layout.root
+    entry = stage_lock_entry(ws / "dvc.lock", stage)
+    with _sync_lock, _file_lock(root / ".dvc" / "tmp" / "maopd-sync.lock"):
+        merge_lock_entry(root / "dvc.lock", stage, entry)
+        code, out = run_dvc(["checkout", "--force", stage], root, stage_env(layout))
+        _check(code, out, f"dvc checkout {stage} (run root {root})")
+        for rel in _uncached_outs(ws, stage):  # after the checkout, which removes what it cannot restore
+            _replace(ws / rel, root / rel)
+
+
+def _replace(src: Path, dst: Path) -> None:
+    if not src.exists():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.sync-tmp")
+    shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+    (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp)
+    if dst.is_dir():
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+
+
+class _file_lock:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(self.path, "w")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
