@@ -23,12 +23,12 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /workspace
 COPY requirements.txt constraints.txt pyproject.toml ./
 # The CUDA builds replace the CPU pins of the lock: torch for CUDA 12.8, SGLang for rollouts,
-# faiss-gpu for the 21M-passage index.
+# faiss-gpu for the 21M-passage index, TransferQueue for verl's V1 trainer (several samples per agent-loop run).
 RUN pip install --upgrade pip==26.0.1 \
     && pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128 \
     && grep -v -e '^faiss-cpu' -e '^torch' requirements.txt > requirements-gpu.txt \
     && pip install -r requirements-gpu.txt \
-    && pip install "sglang[srt]==0.5.5" faiss-gpu-cu12==1.12.0
+    && pip install "sglang[srt]==0.5.5" faiss-gpu-cu12==1.12.0 TransferQueue==0.1.11
 
 COPY . .
 RUN pip install --no-deps -e .

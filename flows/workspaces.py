@@ -112,7 +112,7 @@ class RunLayout:
         return self.checkout / STATE_DIR / "profiles" / self.profile
 
     def workspace(self, stage: str) -> Path:
-        return self.checkout / STATE_DIR / "work" / self.profile / stage
+        return self.checkout / STATE_DIR / "work" / self.profile / stage.replace("@", "--")
 
     @property
     def cache_dir(self) -> Path:
@@ -262,9 +262,11 @@ def merge_lock_entry(lock_path: Path, stage: str, entry: dict) -> None:
 def _uncached_outs(ws: Path, stage: str) -> list[str]:
     from dvc.repo import Repo
 
-    with Repo(str(ws)) as repo:
-        (resolved,) = repo.stage.collect(f"{ws / 'dvc.yaml'}:{stage}")  # a bare name resolves from the cwd
-        return [out.def_path for out in resolved.outs if not out.use_cache]
+    with Repo(str(ws)) as repo:  # (repo.stage.collect would resolve a bare name from the cwd)
+        for resolved in repo.index.stages:
+            if resolved.addressing.split(":")[-1] == stage:
+                return [out.def_path for out in resolved.outs if not out.use_cache]
+    raise StageFailed(f"{ws / 'dvc.yaml'}: no stage {stage!r}", transient=False)
 
 
 def sync_back(layout: RunLayout, ws: Path, stage: str) -> None:

@@ -3,6 +3,8 @@
   run STAGE [ARG]       run one stage on the active profile (what dvc.yaml calls)
   check-params          validate params.yaml and print the active profile
   serve-retriever       start the Search-R1 compatible /retrieve server on an index
+  serve-policy          start an SGLang server on a model folder (GPU image) and wait until ready
+  train-verl STAGE      print (or --run) the verl command of a training stage (paper profile, GPUs)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
 from pipeline.io import InputError, ValidationFailed
+from pipeline.rl.train_params import TRAIN_KEYS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +39,27 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--index", default="data/index")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    policy = sub.add_parser("serve-policy", help="launch SGLang on a model folder (docs/serving.md)")
+    policy.add_argument("--model", required=True, help="HF model folder (or a folder with model_ref.json)")
+    policy.add_argument("--port", type=int, default=30000)
+    policy.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    policy.add_argument("--host", default="127.0.0.1")
+    policy.add_argument("--mem-fraction", type=float, default=None, help="SGLang --mem-fraction-static")
+    policy.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    policy.add_argument("--deterministic", action="store_true", help="--enable-deterministic-inference")
+    policy.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait until ready")
+    policy.add_argument("--log", default=None, help="server log file (default: this terminal)")
+    verl = sub.add_parser("train-verl", help="the verl command of a training stage (docs/verl.md)")
+    verl.add_argument("stage", choices=sorted(TRAIN_KEYS), help="a params.yaml train.systems key")
+    verl.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
+                      help="an extra verl config override (repeatable)")
+    verl.add_argument("--retriever-url", default="http://127.0.0.1:8000/retrieve")
+    verl.add_argument("--teacher-url", default=None, help="SGLang server of the Teacher (stages that use one)")
+    verl.add_argument("--judge-url", default=None, help="SGLang server of the judge (prompted_critic)")
+    verl.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    verl.add_argument("--nodes", type=int, default=1)
+    verl.add_argument("--send-seed", action="store_true", help="seed each rollout request (deterministic SGLang)")
+    verl.add_argument("--run", action="store_true", help="write data/verl/ and run the command (GPU workers)")
     return p
 
 
@@ -45,6 +69,39 @@ def _append_timing(root: Path, timing: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(timing) + "\n")
+
+
+def _serve_policy(args: argparse.Namespace, root: Path) -> int:
+    from pydantic import ValidationError
+
+    from pipeline.policy.sglang_backend import SGLangError
+    from pipeline.policy.sglang_server import SGLangServerConfig, serve_policy
+
+    try:
+        cfg = SGLangServerConfig(model_path=str(root / args.model), port=args.port, tp_size=args.tp,
+                                 host=args.host, mem_fraction_static=args.mem_fraction, dtype=args.dtype,
+                                 deterministic=args.deterministic)
+        return serve_policy(cfg, args.timeout, args.log)
+    except ValidationError as e:
+        print(f"error: serve-policy: {e}", file=sys.stderr)
+        return 2
+    except SGLangError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _train_verl(args: argparse.Namespace, params, root: Path) -> int:
+    from pipeline.verl_agent.launch import build_launch, prepare, run
+
+    launch = build_launch(params, root, args.stage, retriever_url=args.retriever_url, teacher_url=args.teacher_url,
+                          judge_url=args.judge_url, n_gpus=args.gpus, nnodes=args.nodes, send_seed=args.send_seed,
+                          overrides=args.override)
+    if not args.run:
+        print(launch.shell())
+        print("# --run first writes " + ", ".join(str(p) for p in launch.files.values()), file=sys.stderr)
+        return 0
+    prepare(launch, params)
+    return run(launch)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
 
             serve(root / args.index, host=args.host, port=args.port)
             return 0
+        if args.command == "serve-policy":
+            return _serve_policy(args, root)
+        if args.command == "train-verl":
+            return _train_verl(args, params, root)
         from pipeline.stages import STAGES
 
         fn = STAGES[args.stage]

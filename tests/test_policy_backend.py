@@ -19,6 +19,7 @@ from pipeline.policy.sampling import sample_next_tokens
 from pipeline.policy.sglang_backend import SGLangBackend, SGLangError
 from pipeline.policy.tiny_model import build_tiny_qwen3, save_hf_folder
 from pipeline.policy.tokenizer import train_bpe_tokenizer
+from tests.fake_sglang import FakeSGLangState, serve_state
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
 
@@ -243,79 +244,72 @@ def test_response_logprobs_with_grad_and_entropy(backend, prompts):
 
 
 # -- SGLang over HTTP ------------------------------------------------------------------
-def fake_sglang_app(reference: HFBackend, seen: list[dict]) -> FastAPI:
-    """Answers /generate in SGLang's shape, computing the numbers with a real HF backend."""
-    app = FastAPI()
-
-    @app.post("/generate")
-    def generate(body: dict) -> list[dict]:
-        seen.append(body)
-        assert body["return_logprob"] is True
-        sp = body["sampling_params"]
-        ids_list = body["input_ids"]
-        if sp["max_new_tokens"] == 0:
-            starts = body["logprob_start_len"]
-            starts = starts if isinstance(starts, list) else [starts] * len(ids_list)
-            out = []
-            for ids, start in zip(ids_list, starts):
-                lps = [None] + reference.score([ids[:1]], [ids[1:]])[0]
-                vals = [None] + lps[start + 1 :]  # SGLang always pads the range's first entry
-                out.append({"text": "", "meta_info": {
-                    "input_token_logprobs": [[v, t, None] for v, t in zip(vals, ids[start:])],
-                    "output_token_logprobs": [], "finish_reason": {"type": "length", "length": 0}}})
-            return out
-        params = SamplingParams(temperature=sp["temperature"], top_p=sp["top_p"],
-                                max_new_tokens=sp["max_new_tokens"], stop=tuple(sp.get("stop", ())))
-        groups = reference.generate(ids_list, params, n=sp.get("n", 1))
-        return [
-            {"text": g.text, "output_ids": g.token_ids, "meta_info": {
-                "finish_reason": {"type": g.finish_reason},
-                "output_token_logprobs": [[lp, t, None] for lp, t in zip(g.logprobs, g.token_ids)]}}
-            for group in groups for g in group
-        ]
-
-    return app
-
-
+# The fake server (tests/fake_sglang.py) answers in SGLang's shapes with this HF backend's numbers.
 @pytest.fixture()
 def sglang(backend):
-    seen: list[dict] = []
-    client = TestClient(fake_sglang_app(backend, seen))
-    return SGLangBackend("http://testserver", tokenizer=backend.tokenizer, client=client), seen
+    state = FakeSGLangState(backend)
+    with serve_state(state) as url:
+        yield SGLangBackend(url, tokenizer=backend.tokenizer), state
+
+
+def bodies(state: FakeSGLangState, route: str = "/generate") -> list[dict]:
+    return [body for path, body in state.requests if path == route]
 
 
 def test_sglang_generate_matches_hf_and_sends_sglang_request(sglang, backend, prompts):
-    remote, seen = sglang
+    remote, state = sglang
     assert isinstance(remote, PolicyBackend)
     params = SamplingParams(temperature=0.0, max_new_tokens=9, stop=("</answer>",))
     out = remote.generate(prompts, params, n=2)
     expected = backend.generate(prompts, params, n=2)
     assert [[g.token_ids for g in grp] for grp in out] == [[g.token_ids for g in grp] for grp in expected]
     assert [[g.text for g in grp] for grp in out] == [[g.text for g in grp] for grp in expected]
+    assert [[g.finish_reason for g in grp] for grp in out] == [[g.finish_reason for g in grp] for grp in expected]
     assert out[1][1].logprobs == pytest.approx(expected[1][1].logprobs)
-    body = seen[-1]
+    body = bodies(state)[-1]
     assert body["input_ids"] == prompts
     assert body["sampling_params"] == {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 9, "n": 2,
                                        "stop": ["</answer>"], "no_stop_trim": True}
 
 
 def test_sglang_score_reads_input_token_logprobs(sglang, backend, prompts):
-    remote, seen = sglang
+    remote, state = sglang
     responses = [[5, 6, 7], [], [9], [10, 11]]
     scores = remote.score(prompts, responses)
     expected = backend.score(prompts, responses)
     assert scores[1] == [] and [len(s) for s in scores] == [3, 0, 1, 2]
     for got, want in zip(scores, expected):
         assert got == pytest.approx(want, abs=1e-6)
-    assert seen[-1]["logprob_start_len"] == [len(prompts[i]) - 1 for i in (0, 2, 3)]
-    assert seen[-1]["sampling_params"]["max_new_tokens"] == 0
+    body = bodies(state)[-1]
+    assert body["logprob_start_len"] == [len(prompts[i]) - 1 for i in (0, 2, 3)]
+    assert body["sampling_params"]["max_new_tokens"] == 0
+
+
+def test_sglang_seeded_sampling_sends_one_seed_per_sample_and_matches_hf(sglang, backend, prompts):
+    remote, state = sglang
+    remote.send_seed = True
+    params = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=8, seed=41)
+    out = remote.generate(prompts[:2], params, n=3)
+    expected = backend.generate(prompts[:2], params, n=3)
+    assert [[g.token_ids for g in grp] for grp in out] == [[g.token_ids for g in grp] for grp in expected]
+    assert [[g.logprobs for g in grp] for grp in out] == [[g.logprobs for g in grp] for grp in expected]
+    body = bodies(state)[-1]
+    assert body["input_ids"] == [prompts[0]] * 3 + [prompts[1]] * 3  # n expanded, prompt-major
+    seeds = [sp["sampling_seed"] for sp in body["sampling_params"]]
+    assert seeds[0] == 41 and len(set(seeds)) == 6  # identical prompts never share a seed
+    assert {sp["n"] for sp in body["sampling_params"]} == {1}
+    assert remote.generate(prompts[:2], params, n=3)[1][2].token_ids == out[1][2].token_ids
+    other = remote.generate(prompts[:2], SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=8, seed=42), n=3)
+    assert [[g.token_ids for g in grp] for grp in other] != [[g.token_ids for g in grp] for grp in out]
 
 
 def test_sglang_rejects_malformed_answers(backend, prompts):
     app = FastAPI()
+    calls: list[dict] = []
 
     @app.post("/generate")
     def generate(body: dict) -> list[dict]:
+        calls.append(body)
         return [{"text": "x", "meta_info": {"finish_reason": {"type": "stop"}}}]
 
     remote = SGLangBackend("http://testserver", tokenizer=backend.tokenizer, client=TestClient(app))
@@ -323,3 +317,4 @@ def test_sglang_rejects_malformed_answers(backend, prompts):
         remote.generate(prompts[:1], GREEDY)
     with pytest.raises(SGLangError, match="expected 2 outputs"):
         remote.generate(prompts[:2], GREEDY)
+    assert len(calls) == 2  # a malformed answer is not retried

@@ -17,12 +17,25 @@ POST {url}/generate
 `input_token_logprobs` covers input_ids[logprob_start_len:] and its first entry is always
 null (no logprob for the first token of the range), so scoring asks for the range starting
 at the last prompt token and keeps the entries of the response tokens.
+
+Seeds (`send_seed`): SGLang's seeded sampler (honoured only when the server runs with
+--enable-deterministic-inference) draws each token from hash(sampling_seed, position, token),
+so two entries with the same prompt and the same seed get the same sample. A seeded batch is
+therefore sent as one entry per sample (n expanded, n=1 each), entry k of the whole call
+carrying `entry_seed(seed, k)`; entry 0 carries the seed itself.
+
+POST {url}/update_weights_from_disk {"model_path"} -> {"success", "message",
+"num_paused_requests"} (HTTP 400 with success false when the weights could not be loaded);
+the server flushes its prefix cache after a successful update.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import httpx
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -31,12 +44,39 @@ from pipeline.io import InputError
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText
 
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# Failures that mean "nobody answered": a server still starting, restarting or overloaded.
+RETRY_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+_SEED_STRIDE = 1_000_033
+
 
 class SGLangError(RuntimeError):
-    """The server answered something that is not SGLang's /generate shape."""
+    """The SGLang server failed, timed out, or answered something that is not SGLang's shape."""
 
 
-def _sglang_sampling_params(params: SamplingParams, n: int, send_seed: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Connection errors and HTTP 5xx are retried `attempts - 1` times, waiting
+    backoff_s, 2*backoff_s, ... (at most max_backoff_s) in between."""
+
+    attempts: int = 8
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise InputError(f"retry: expected attempts >= 1 and waits >= 0, got {self}")
+
+    def wait_s(self, failures: int) -> float:
+        return min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s)
+
+
+def entry_seed(seed: int, k: int) -> int:
+    """Seed of the k-th sample entry of a seeded call (k = prompt * n + sample)."""
+    return (int(seed) + k * _SEED_STRIDE) % 2**31
+
+
+def _sglang_sampling_params(params: SamplingParams, n: int) -> dict[str, Any]:
     sampling: dict[str, Any] = {
         "temperature": params.temperature,
         "top_p": params.top_p,
@@ -46,9 +86,6 @@ def _sglang_sampling_params(params: SamplingParams, n: int, send_seed: bool) -> 
     }
     if params.stop:
         sampling["stop"] = list(params.stop)
-    if send_seed and params.seed is not None:
-        # only recent SGLang knows `sampling_seed`; older servers reject unknown keys
-        sampling["sampling_seed"] = int(params.seed)
     return sampling
 
 
@@ -72,6 +109,8 @@ class SGLangBackend(TokenizerText):
         timeout_s: float = 600.0,
         max_batch_size: int = 512,
         send_seed: bool = False,
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
     ):
         if tokenizer is None:
             if tokenizer_path is None:
@@ -79,21 +118,115 @@ class SGLangBackend(TokenizerText):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
         self.tokenizer = tokenizer
         self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
         self.client = client or httpx.Client(timeout=timeout_s)
         self.max_batch_size = max_batch_size
         self.send_seed = send_seed
+        self.retry = retry
+        self._sleep = sleep
+
+    # -- HTTP -----------------------------------------------------------------------------
+    def _call(self, method: str, path: str, payload: Any = None, accept: tuple[int, ...] = ()) -> httpx.Response:
+        """One request, retried on connection errors and 5xx; other failures raise SGLangError
+        naming the URL. Statuses in `accept` are returned to the caller as they are."""
+        url = f"{self.url}{path}"
+        failures = 0
+        while True:
+            try:
+                response = self.client.request(method, url, json=payload)
+            except RETRY_ERRORS as err:
+                problem = f"{type(err).__name__}: {err}"
+            except httpx.TimeoutException as err:
+                raise SGLangError(
+                    f"{url}: no answer within the {self.timeout_s:g}s timeout ({type(err).__name__})"
+                ) from err
+            except httpx.HTTPError as err:
+                raise SGLangError(f"{url}: request failed ({type(err).__name__}: {err})") from err
+            else:
+                if response.status_code == 200 or response.status_code in accept:
+                    return response
+                problem = f"HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code not in RETRY_STATUSES:
+                    raise SGLangError(f"{url}: {problem}")
+            failures += 1
+            if failures >= self.retry.attempts:
+                raise SGLangError(f"{url}: server not available after {failures} attempts; last: {problem}")
+            self._sleep(self.retry.wait_s(failures))
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise SGLangError(f"{response.request.url}: answer is not JSON: {response.text[:200]!r}") from None
 
     def _post_generate(self, payload: dict[str, Any], expected: int) -> list[dict]:
-        response = self.client.post(f"{self.url}/generate", json=payload)
-        if response.status_code != 200:
-            raise SGLangError(f"{self.url}/generate: HTTP {response.status_code}: {response.text[:500]}")
-        body = response.json()
+        body = self._json(self._call("POST", "/generate", payload))
         if isinstance(body, dict):
             body = [body]
         if not isinstance(body, list) or len(body) != expected:
             got = len(body) if isinstance(body, list) else type(body).__name__
             raise SGLangError(f"{self.url}/generate: expected {expected} outputs, got {got}")
         return body
+
+    def model_info(self) -> dict[str, Any]:
+        """GET /get_model_info: {"model_path", "tokenizer_path", "is_generation", ...}."""
+        info = self._json(self._call("GET", "/get_model_info"))
+        if not isinstance(info, dict) or not isinstance(info.get("model_path"), str):
+            raise SGLangError(f"{self.url}/get_model_info: expected an object with 'model_path', got {info!r:.200}")
+        return info
+
+    # -- weights --------------------------------------------------------------------------
+    def sync_weights(self, checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
+        """Make the server load the HF checkpoint folder `checkpoint_dir` (after a training
+        step saved it); the server must see the same path. Returns the server's answer."""
+        folder = Path(checkpoint_dir).resolve()
+        if not (folder / "config.json").is_file():
+            raise InputError(f"{folder}: expected a saved HF checkpoint folder with config.json")
+        response = self._call("POST", "/update_weights_from_disk", {"model_path": str(folder)}, accept=(400,))
+        body = self._json(response)
+        if not isinstance(body, dict) or not isinstance(body.get("success"), bool):
+            raise SGLangError(
+                f"{self.url}/update_weights_from_disk: expected {{'success', 'message'}}, got {body!r:.200}"
+            )
+        if not body["success"]:
+            raise SGLangError(
+                f"{self.url}/update_weights_from_disk: weights of {folder} not loaded "
+                f"(HTTP {response.status_code}): {body.get('message', '')}"
+            )
+        return body
+
+    def ensure_weights(self, model_dir: str | os.PathLike) -> bool:
+        """Point the server at `model_dir` (a model folder or a model_ref.json folder) unless
+        it already serves it; True when weights were reloaded."""
+        from pipeline.policy.model_ref import resolve_model_dir
+
+        folder = resolve_model_dir(model_dir).resolve()
+        if Path(self.model_info()["model_path"]).resolve() == folder:
+            return False
+        self.sync_weights(folder)
+        return True
+
+    def flush_cache(self) -> None:
+        """POST /flush_cache (SGLang refuses with 400 while requests are running)."""
+        self._call("POST", "/flush_cache")
+
+    # -- PolicyBackend ----------------------------------------------------------------------
+    def _generate_payload(self, chunk: list[list[int]], params: SamplingParams, n: int, first_entry: int) -> dict:
+        sampling = _sglang_sampling_params(params, n)
+        if self.send_seed and params.seed is not None:
+            entries = [ids for ids in chunk for _ in range(n)]
+            sampling = [
+                {**sampling, "n": 1, "sampling_seed": entry_seed(params.seed, first_entry + k)}
+                for k in range(len(entries))
+            ]
+        else:
+            entries = chunk
+        return {
+            "input_ids": entries,
+            "sampling_params": sampling,
+            "return_logprob": True,
+            "logprob_start_len": -1,  # no prompt logprobs needed
+        }
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
@@ -105,23 +238,22 @@ class SGLangBackend(TokenizerText):
         for start in range(0, len(prompts), per_request):
             chunk = [list(map(int, p)) for p in prompts[start : start + per_request]]
             outputs = self._post_generate(
-                {
-                    "input_ids": chunk,
-                    "sampling_params": _sglang_sampling_params(params, n, self.send_seed),
-                    "return_logprob": True,
-                    "logprob_start_len": -1,  # no prompt logprobs needed
-                },
-                expected=len(chunk) * n,
+                self._generate_payload(chunk, params, n, first_entry=start * n), expected=len(chunk) * n
             )
             gens = [self._generation(out, f"output {start * n + i}") for i, out in enumerate(outputs)]
             results.extend(gens[i * n : (i + 1) * n] for i in range(len(chunk)))
         return results
 
     def _generation(self, output: dict, where: str) -> Generation:
+        if not isinstance(output, dict):
+            raise SGLangError(f"{where}: expected an object, got {type(output).__name__}")
         meta = output.get("meta_info") or {}
         triples = _logprob_triples(meta, "output_token_logprobs", where)
-        token_ids = [int(t[1]) for t in triples]
-        logprobs = [float(t[0]) for t in triples]
+        try:
+            token_ids = [int(t[1]) for t in triples]
+            logprobs = [float(t[0]) for t in triples]
+        except (TypeError, ValueError, IndexError):
+            raise SGLangError(f"{where}: output_token_logprobs are not [logprob, token_id, text] triples") from None
         if "output_ids" in output and list(output["output_ids"]) != token_ids:
             raise SGLangError(f"{where}: output_ids disagree with output_token_logprobs")
         reason = (meta.get("finish_reason") or {}).get("type", "length")

