@@ -266,6 +266,8 @@ class BaseModelParams(_Strict):
     behaviour_questions: int = Field(ge=0)  # dev questions of the base behaviour check (0: skip)
     vocab_size: int | None = Field(default=None, gt=0)
     max_token_bytes: int | None = Field(default=None, gt=1)  # BPE merge cap; None: uncapped
+    bf16: bool = False  # scratch training under bfloat16 autocast (weights stay float32)
+    reading_texts: int = Field(default=0, ge=0)  # copy-forcing pre-training transcripts (policy.reading_texts)
     model: BaseModelShape | None = None
     pretrain: PretrainParams | None = None
     sft: SftParams | None = None

@@ -225,3 +225,49 @@ def test_length_grouped_batches_cover_each_example_once_with_little_padding():
     plain = sum(8 * max(lengths[i : i + 8]) for i in range(0, len(lengths), 8))
     real = sum(lengths)
     assert padded < 1.2 * real < 0.8 * plain  # grouped: ~10% padding; in order: ~80%
+
+
+def test_reading_texts_copy_the_answer_sentence_from_one_of_the_shown_passages(ci_root):
+    import re
+
+    from pipeline.policy.reading_texts import reading_texts
+
+    train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
+    corpus = pd.read_parquet(ci_root / "data" / "corpus" / "passages.parquet")
+    texts = reading_texts(train, corpus, n=40, distractors=2, seed=5)
+    assert len(texts) == 40 and len(set(texts)) == 40
+    asked = {q for row in train.itertuples() for q in [row.question, *(h["question"] for h in json.loads(row.hops))]}
+    for text in texts:
+        question, *docs, evidence, answer = text.split("\n")
+        assert question.removeprefix("Question: ") in asked  # training questions only
+        assert [d[:4] for d in docs] == ["Doc ", "Doc ", "Doc "]  # the answer's passage and 2 others
+        sentence, span = evidence.removeprefix("Evidence: "), answer.removeprefix("Answer: ")
+        assert span and span in sentence  # the answer is a span of the evidence
+        assert any(sentence in re.sub(r"^Doc \d\(Title: [^)]*\) ", "", d) for d in docs)
+    assert reading_texts(train, corpus, n=40, distractors=2, seed=5) == texts
+    assert reading_texts(train, corpus, n=0, distractors=2, seed=5) == []
+    dev = pd.read_parquet(ci_root / "data" / "splits" / "dev.parquet")
+    with pytest.raises(InputError, match="not a training question"):
+        reading_texts(dev, corpus, n=5, distractors=2, seed=5)
+
+
+def test_bf16_training_keeps_float32_weights_and_the_same_loss():
+    import torch
+
+    from pipeline.policy.lm_training import supervised_finetune
+    from pipeline.policy.tiny_model import build_tiny_qwen3
+
+    texts = [f"Where was Kalo{i} born? Kalo{i} was born in Mira{i}." for i in range(20)]
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=400)
+    examples = [(t.split("?")[0] + "?", f"<answer>Mira{i}</answer>") for i, t in enumerate(texts)]
+    losses = {}
+    for bf16 in (False, True):
+        model = build_tiny_qwen3(tokenizer, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                                 intermediate_size=64, max_position_embeddings=128, seed=0)
+        history = supervised_finetune(model, tokenizer, examples, steps=30, batch_size=4, lr=1e-2, seed=0, bf16=bf16)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        losses[bf16] = [h["loss"] for h in history]
+    assert losses[True][0] == pytest.approx(losses[False][0], rel=0.02)  # same start, bf16 rounding apart
+    assert losses[True][-1] < 0.5 * losses[True][0]  # and it learns
+    assert losses[True] != losses[False]  # the flag did change the arithmetic
+

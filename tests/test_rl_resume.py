@@ -93,3 +93,24 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(models):
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(False)
+
+
+def test_inputs_fingerprint_changes_with_weights_and_questions(tmp_path):
+    """A checkpoint is resumed only by a run from the same weights and the same questions."""
+    from pipeline.rl.checkpoint import inputs_fingerprint
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    (base / "model.safetensors").write_bytes(b"\x00" * 64)
+    ids = [["q1", "q2"], ["d1"]]
+    first = inputs_fingerprint([base], ids)
+    assert inputs_fingerprint([base], ids) == first
+    assert inputs_fingerprint([base], [["q1", "q3"], ["d1"]]) != first
+    (base / "model.safetensors").write_bytes(b"\x01" + b"\x00" * 63)  # a retrained base model
+    retrained = inputs_fingerprint([base], ids)
+    assert retrained != first
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    (ref / "model_ref.json").write_text('{"sha256": "abc"}')
+    assert inputs_fingerprint([ref], ids) != inputs_fingerprint([base], ids)

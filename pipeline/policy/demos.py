@@ -62,7 +62,7 @@ class DemoConfig:
         return int(getattr(self, role))
 
 
-def _episodes(train: pd.DataFrame) -> list[Episode]:
+def training_episodes(train: pd.DataFrame) -> list[Episode]:
     """Episodes of the training split; `hops` (JSON list of {question, answer, title}) is required."""
     for column in ("id", "question", "golden_answers", "family", "hops", "split"):
         if column not in train.columns:
@@ -102,7 +102,7 @@ def build_demos(train: pd.DataFrame, retriever: Retriever, prompts: Prompts, cfg
 
     Each chunk of questions is replayed with a recording cache until it misses no query,
     so all searches of one replay go to the retriever as one batch."""
-    episodes = _episodes(train)
+    episodes = training_episodes(train)
     random.Random(cfg.seed).shuffle(episodes)
     search = CachedSearch(retriever, cfg.top_k)
     counts: Counter[str] = Counter()

@@ -2,9 +2,9 @@
 fine-tuning on prompt/completion pairs (loss on the completion only, or on the completion
 tokens a mask marks: a multi-turn transcript whose observations are context only).
 
-Both: AdamW, linear warm-up then cosine decay, gradient clipping at 1.0, a tqdm bar,
-`log_fn(step, metrics)` after every step, deterministic for a given seed and thread count
-(they use whatever `torch.set_num_threads` the caller set).
+Both: AdamW, linear warm-up then cosine decay, gradient clipping at 1.0, optionally
+bfloat16 autocast, a tqdm bar, `log_fn(step, metrics)` after every step, deterministic
+for a given seed and thread count (they use whatever `torch.set_num_threads` the caller set).
 """
 
 from __future__ import annotations
@@ -59,6 +59,20 @@ def _step(
     return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "lr": lr}
 
 
+def _causal_lm_loss(
+    model: torch.nn.Module, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Token-mean next-token loss over the labelled positions (-100: ignored), the same
+    value as the model's own `labels=` loss. The output layer runs on the labelled
+    positions only: in SFT most positions are context, and the vocabulary projection
+    is a large share of a tiny model's compute."""
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    return torch.nn.functional.cross_entropy(logits, targets[keep])
+
+
 def _run(
     model: torch.nn.Module,
     batches: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
@@ -69,15 +83,19 @@ def _run(
     weight_decay: float,
     log_fn: LogFn | None,
     desc: str,
+    bf16: bool = False,
 ) -> list[dict]:
-    """The loop both trainers share: `batches()` gives (input_ids, labels, attention_mask)."""
+    """The loop both trainers share: `batches()` gives (input_ids, labels, attention_mask).
+    `bf16`: forward under bfloat16 autocast (weights and optimizer stay float32)."""
     optimizer, schedule = _optimizer_and_schedule(model, lr, steps, warmup_steps, weight_decay)
+    device_type = _device(model).type
     model.train()
     history = []
     bar = tqdm(range(1, steps + 1), desc=desc, leave=False)
     for step in bar:
         input_ids, labels, attention_mask = batches()
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, use_cache=False).loss
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
+            loss = _causal_lm_loss(model, input_ids, labels, attention_mask)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"{desc}: loss became {float(loss)} at step {step}")
         metrics = _step(model, optimizer, schedule, loss)
@@ -106,9 +124,10 @@ def pretrain_lm(
     warmup_steps: int | None = None,
     weight_decay: float = 0.1,
     log_fn: LogFn | None = None,
+    bf16: bool = False,
 ) -> list[dict]:
     """Next-token prediction on random windows of the texts concatenated with eos between
-    them. Returns the per-step metrics (loss, grad_norm, lr)."""
+    them. Returns the per-step metrics (loss, grad_norm, lr). `bf16`: see `_run`."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise InputError("tokenizer: expected an eos token to separate the texts")
@@ -130,10 +149,10 @@ def pretrain_lm(
     def batches() -> tuple[torch.Tensor, torch.Tensor, None]:
         starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=generator)
         window = data[starts[:, None] + offsets].to(device)
-        return window, window, None  # the model shifts labels itself
+        return window, window, None  # the loss shifts the labels itself
 
     return _run(model, batches, steps=steps, lr=lr, warmup_steps=warmup_steps,
-                weight_decay=weight_decay, log_fn=log_fn, desc="pretrain")
+                weight_decay=weight_decay, log_fn=log_fn, desc="pretrain", bf16=bf16)
 
 
 def encode_examples(
@@ -208,11 +227,12 @@ def supervised_finetune(
     append_eos: bool = True,
     group_by_length: bool = False,
     log_fn: LogFn | None = None,
+    bf16: bool = False,
 ) -> list[dict]:
     """Fine-tune on prompt/completion pairs; loss (token mean) on completion tokens only
     (those the mask marks, for id triples), right padding. Batches are drawn uniformly at
     random with replacement, or (`group_by_length`) as epochs of length-grouped batches
-    (`length_grouped_batches`): the same examples with far less padding."""
+    (`length_grouped_batches`): the same examples with far less padding. `bf16`: see `_run`."""
     if not examples:
         raise InputError("examples: expected at least one (prompt, completion) pair")
     max_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
@@ -249,4 +269,4 @@ def supervised_finetune(
         return input_ids.to(device), labels.to(device), attention_mask.to(device)
 
     return _run(model, batches, steps=steps, lr=lr, warmup_steps=warmup_steps,
-                weight_decay=weight_decay, log_fn=log_fn, desc="sft")
+                weight_decay=weight_decay, log_fn=log_fn, desc="sft", bf16=bf16)

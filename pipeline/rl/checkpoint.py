@@ -9,6 +9,7 @@ killed mid-write resumes from the previous one.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import shutil
@@ -77,6 +78,25 @@ def save_checkpoint(
     for _, old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def inputs_fingerprint(model_dirs: list[Path], question_ids: list[list[str]]) -> str:
+    """What a run starts from: the weights it loads (a model_ref.json stands for the folder it
+    hashes) and its questions. A checkpoint of other inputs (a retrained base model, new
+    splits) is never resumed."""
+    from pipeline.policy.model_ref import MODEL_REF, hash_files
+
+    digest = hashlib.sha256()
+    for folder in model_dirs:
+        folder = Path(folder)
+        if (folder / MODEL_REF).is_file():
+            digest.update((folder / MODEL_REF).read_bytes())
+        else:
+            files = sorted(p.name for p in folder.iterdir() if p.is_file())
+            digest.update(hash_files(folder, files).encode())
+    for ids in question_ids:
+        digest.update("\0".join(map(str, ids)).encode() + b"\1")
+    return digest.hexdigest()[:16]
 
 
 def load_latest(

@@ -87,6 +87,9 @@ class TrainInputs:
     judge: PolicyBackend | None = None
     checkpoint_dir: Path | None = None
     audit_dir: Path | None = None
+    # checkpoint.inputs_fingerprint of the weights and questions, so a checkpoint made from
+    # other inputs is not resumed
+    inputs_fingerprint: str = ""
 
 
 @dataclass
@@ -257,7 +260,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) ->
     check_inputs(cfg, inputs)
     policy, model = inputs.policy, inputs.policy.model
     optimizer = make_optimizer(model, cfg)
-    fingerprint = cfg.fingerprint()
+    fingerprint = f"{cfg.fingerprint()}-{inputs.inputs_fingerprint}"
     start = 0
     if inputs.checkpoint_dir is not None:
         resumed = load_latest(inputs.checkpoint_dir, model, optimizer, fingerprint)

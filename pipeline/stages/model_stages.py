@@ -2,7 +2,8 @@
 
 scratch (tiny, ci): scripted demonstrations on training questions (real retriever) ->
 byte-level BPE on passages + demonstrations -> tiny Qwen3 -> LM pre-training on the
-passages -> format warm-up (SFT on the demonstrations) -> HF folder data/models/base.
+passages, the demonstrations and copy-forcing reading texts (policy.reading_texts) ->
+format warm-up (SFT on the demonstrations) -> HF folder data/models/base.
 local (paper): check and hash the local folder; write data/models/base/model_ref.json.
 Then (behaviour_questions > 0) both workflows run once on dev questions with the saved
 model in evaluation mode; the figures go to data/metrics/base_behaviour.json and MLflow.
@@ -24,6 +25,7 @@ from pipeline.systems import model_dir
 from pipeline.tracking import stage_run
 
 ROLES = ("leader", "searcher", "answerer")
+BEHAVIOUR_BATCH = 16  # rows per generate call: bounds the prefill's memory and padding (256 rows: ~6 GB)
 
 
 def behaviour_path(root: Path) -> Path:
@@ -70,6 +72,7 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
     from pipeline.agents.prompts import load_prompts
     from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_sequences, demo_stats, demo_texts
     from pipeline.policy.lm_training import pretrain_lm, supervised_finetune
+    from pipeline.policy.reading_texts import reading_texts
     from pipeline.policy.tiny_model import build_tiny_qwen3, count_parameters, save_hf_folder
     from pipeline.policy.tokenizer import train_bpe_tokenizer
     from pipeline.retrieval.retriever import DenseRetriever
@@ -88,7 +91,8 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
         clock = now
 
     train = _read_split(paths.split("train"))
-    passages = pd.read_parquet(paths.corpus)["text"].tolist()
+    corpus = pd.read_parquet(paths.corpus)
+    passages = corpus["text"].tolist()
     d = bm.demos
     cfg = DemoConfig(
         searcher=d.searcher, answerer=d.answerer, leader=d.leader, judge=d.judge,
@@ -114,21 +118,25 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
     examples = demo_sequences(demos, tokenizer)  # one masked transcript per demonstration
     lap("tokenizer")
 
-    # Pre-training reads the passages and the demonstrations' full transcripts (packed, no
-    # padding: the cheap way to learn the format and copying); SFT then trains the completions.
+    # Pre-training reads the passages, the demonstrations' full transcripts and reading texts
+    # (packed, no padding: the cheap way to learn the format and copying); SFT then trains
+    # the completions.
+    reading = reading_texts(train, corpus, bm.reading_texts, distractors=proto.top_k - 1, seed=bm.seed)
     pre = bm.pretrain
-    pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)), steps=pre.steps, batch_size=pre.batch_size,
-                           seq_len=pre.seq_len, lr=pre.lr, seed=bm.seed, log_fn=_log_curve(mlf, "pretrain"))
+    pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)) + reading, steps=pre.steps,
+                           batch_size=pre.batch_size, seq_len=pre.seq_len, lr=pre.lr, seed=bm.seed,
+                           log_fn=_log_curve(mlf, "pretrain"), bf16=bm.bf16)
     lap("pretrain")
     sft_hist = supervised_finetune(model, tokenizer, examples, steps=bm.sft.steps, batch_size=bm.sft.batch_size,
                                    lr=bm.sft.lr, seed=bm.seed, append_eos=False, group_by_length=True,
-                                   log_fn=_log_curve(mlf, "sft"))
+                                   log_fn=_log_curve(mlf, "sft"), bf16=bm.bf16)
     lap("sft")
     save_hf_folder(model, tokenizer, out)
     lap("save")
 
     figures = {
         "parameters": count_parameters(model), "vocab": len(tokenizer), "sft_examples": len(examples),
+        "reading_texts": len(reading),
         "sft_example_tokens": sum(len(e[0]) + len(e[1]) for e in examples) / len(examples),
         "pretrain_final_loss": _tail_mean(pre_hist), "sft_final_loss": _tail_mean(sft_hist),
         **demo_stats(demos), **seconds, "seconds_training": sum(seconds.values()),
@@ -163,7 +171,7 @@ def measure_behaviour(params: Params, root: Path, base_dir: Path) -> dict:
     paths = Paths(root)
     dev = _read_split(paths.split("dev")).head(params.base_model.behaviour_questions)
     families = dict(zip(dev["id"].astype(str), dev["family"] if "family" in dev else ["?"] * len(dev)))
-    backend = HFBackend(resolve_model_dir(base_dir))
+    backend = HFBackend(resolve_model_dir(base_dir), max_batch_size=BEHAVIOUR_BATCH)
     retriever = DenseRetriever.from_dir(paths.index)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     result: dict[str, Any] = {"questions": len(dev)}

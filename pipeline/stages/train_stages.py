@@ -19,6 +19,7 @@ import pandas as pd
 from pipeline.config import Params
 from pipeline.io import InputError
 from pipeline.policy.hf_backend import HFBackend
+from pipeline.rl.checkpoint import inputs_fingerprint
 from pipeline.rl.train_params import TRAIN_KEYS, train_config
 from pipeline.rl.trainer import TrainInputs, train
 from pipeline.stages.paths import Paths
@@ -65,15 +66,19 @@ def train_system(params: Params, root: Path, key: str, run_name: str) -> dict:
     cfg = train_config(params, key)
     base = model_dir(root, "base")
     teacher_weights = TEACHER_WEIGHTS[mode]
+    train_questions, dev_questions = _split(root, "train"), _split(root, "dev")
+    weights = [base] + ([model_dir(root, teacher_weights)] if teacher_weights else [])
     inputs = TrainInputs(
         policy=open_backend(base),
         retriever=open_retriever(root),
-        train_questions=_split(root, "train"),
-        dev_questions=_split(root, "dev"),
+        train_questions=train_questions,
+        dev_questions=dev_questions,
         teacher=open_backend(model_dir(root, teacher_weights)) if teacher_weights else None,
         judge=open_backend(base) if mode == "prompted_critic" else None,
         checkpoint_dir=checkpoint_dir(root, target.weights),
         audit_dir=audit_dir(root, target.name),
+        inputs_fingerprint=inputs_fingerprint(
+            weights, [train_questions["id"].tolist(), dev_questions["id"].tolist()]),
     )
     logged = {"mode": mode, "shared": params.train.shared.model_dump(),
               "system": getattr(params.train.systems, key).model_dump(),
