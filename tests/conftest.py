@@ -26,3 +26,14 @@ def real_data() -> Path:
     if not REAL_DATA.is_dir():
         pytest.skip(f"real data folder {REAL_DATA} is absent")
     return REAL_DATA
+
+
+@pytest.fixture
+def torch_one_thread():
+    """torch on one thread for the test, restored after it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
