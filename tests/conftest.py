@@ -37,3 +37,16 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def build_ci_data(root: Path, mp: pytest.MonkeyPatch):
+    """The ci profile's splits and corpus under `root`, MLflow tracked into `root` (set on `mp`,
+    which the caller undoes); returns the ci params."""
+    from pipeline.config import load_params
+    from pipeline.stages.data_stages import run_corpus, run_splits
+
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    params = load_params(REPO_ROOT / "params.yaml", profile="ci")
+    run_splits(params, root)
+    run_corpus(params, root)
+    return params

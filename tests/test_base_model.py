@@ -20,7 +20,7 @@ from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
 from pipeline.policy.model_ref import MODEL_REF, resolve_model_dir, write_model_ref
 from pipeline.policy.tokenizer import train_bpe_tokenizer
 from pipeline.retrieval.base import Passage
-from pipeline.stages.data_stages import run_corpus, run_splits
+from tests.conftest import build_ci_data
 from tests.fakes import FakeRetriever
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,10 +31,7 @@ def ci_root(tmp_path_factory) -> Path:
     """A repository root holding the ci profile's splits and corpus."""
     root = tmp_path_factory.mktemp("base_model")
     mp = pytest.MonkeyPatch()
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    params = load_params(REPO / "params.yaml", profile="ci")
-    run_splits(params, root)
-    run_corpus(params, root)
+    build_ci_data(root, mp)
     mp.undo()
     return root
 

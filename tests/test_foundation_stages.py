@@ -8,24 +8,19 @@ import pandas as pd
 import pytest
 
 from pipeline.cli import main as cli_main
-from pipeline.config import load_params
 from pipeline.io import ValidationFailed
 from pipeline.retrieval.retriever import DenseRetriever
-from pipeline.stages.data_stages import run_corpus, run_index, run_splits, run_validate_splits
+from pipeline.stages.data_stages import run_index, run_splits, run_validate_splits
 from pipeline.stages.paths import Paths
 
-from .conftest import REPO_ROOT
+from .conftest import REPO_ROOT, build_ci_data
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("root")
     mp = pytest.MonkeyPatch()
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root}/mlflow.db")
-    params = load_params(REPO_ROOT / "params.yaml", profile="ci")
-    run_splits(params, root)
-    run_corpus(params, root)
-    yield params, root
+    yield build_ci_data(root, mp), root
     mp.undo()
 
 
