@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import sys
 import random
 
 import pytest
@@ -195,6 +197,54 @@ def test_sft_memorises_a_completion(tokenizer):
         assert text == completion
 
 
+def test_right_padding_needs_no_attention_mask(tokenizer):
+    """SFT passes no attention mask: the labelled positions' loss must not depend on it."""
+    from pipeline.policy.lm_training import _causal_lm_loss
+
+    model = small_model(tokenizer).eval()
+    rows = [list(range(5, 25)), list(range(30, 41))]  # 20 and 11 tokens, right-padded to 32
+    input_ids = torch.full((2, 32), tokenizer.pad_token_id)
+    labels = torch.full((2, 32), -100)
+    mask = torch.zeros((2, 32), dtype=torch.long)
+    for i, ids in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, 4 : len(ids)] = torch.tensor(ids[4:])
+        mask[i, : len(ids)] = 1
+    for kernel in ("sdpa", "eager"):
+        model.set_attn_implementation(kernel)
+        with torch.no_grad():
+            masked = _causal_lm_loss(model, input_ids, labels, mask)
+            unmasked = _causal_lm_loss(model, input_ids, labels, None)
+            garbage = input_ids.masked_fill(mask == 0, 7)  # other padding tokens: same loss
+            assert torch.allclose(masked, unmasked, atol=1e-6)
+            assert torch.allclose(unmasked, _causal_lm_loss(model, garbage, labels, None), atol=1e-6)
+            labels_leaky = labels.clone()
+            labels_leaky[1, 20] = 9  # a labelled padding position would change the loss
+            assert not torch.allclose(unmasked, _causal_lm_loss(model, input_ids, labels_leaky, None), atol=1e-6)
+
+
+def test_sft_pads_widths_to_a_multiple_and_trains_with_the_requested_kernel(tokenizer):
+    model = small_model(tokenizer)
+    seen = []
+
+    def record(module, args, kwargs):
+        seen.append((kwargs["input_ids"].shape[1], kwargs["attention_mask"], model.config._attn_implementation))
+
+    model.get_decoder().register_forward_pre_hook(record, with_kwargs=True)
+    examples = [(f"Where was Kalo{'x' * i} born?", "<answer>Mira</answer>") for i in range(12)]
+    supervised_finetune(model, tokenizer, examples, steps=6, batch_size=3, lr=1e-3, seed=0,
+                        pad_to_multiple_of=16, attention="eager")
+    assert len(seen) == 6
+    assert all(width % 16 == 0 and mask is None and kernel == "eager" for width, mask, kernel in seen)
+    assert model.config._attn_implementation == "sdpa"  # restored after training
+    seen.clear()
+    supervised_finetune(model, tokenizer, examples, steps=3, batch_size=3, lr=1e-3, seed=0, pad_to_multiple_of=1)
+    assert {kernel for *_, kernel in seen} == {"sdpa"}
+    assert any(width % 16 for width, *_ in seen)  # unrounded widths do occur: the test can fail
+    with pytest.raises(InputError, match="pad_to_multiple_of"):
+        supervised_finetune(model, tokenizer, examples, steps=1, batch_size=1, lr=1e-3, seed=0, pad_to_multiple_of=0)
+
+
 def test_encode_examples_truncates_prompt_from_left_and_keeps_id_pairs(tokenizer):
     long_prompt = list(range(10, 200))
     [(p, c)] = encode_examples(tokenizer, [(long_prompt, [5, 6, 7])], max_len=50)
@@ -203,3 +253,21 @@ def test_encode_examples_truncates_prompt_from_left_and_keeps_id_pairs(tokenizer
     assert len(p) + len(c) <= 50 and c == list(range(49)) and p == [2]
     with pytest.raises(InputError, match=r"examples\[0\]"):
         encode_examples(tokenizer, [("text", [1, 2])], max_len=50)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resident memory read from /proc (Linux)")
+def test_trim_heap_returns_freed_memory_to_the_os():
+    from pipeline.policy.memory import trim_heap
+
+    def resident_mb() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    blocks = [bytearray(100_000) for _ in range(1000)]  # ~100 MB of heap blocks (below mmap's threshold)
+    pin = bytearray(100_000)  # allocated last: the heap's top stays in use, so nothing is returned by itself
+    del blocks
+    held = resident_mb()
+    assert trim_heap()
+    assert resident_mb() < held - 50
+    del pin
+

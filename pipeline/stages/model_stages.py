@@ -22,10 +22,13 @@ from pipeline.config import Params, workflow_config
 from pipeline.io import InputError, write_json
 from pipeline.stages.paths import Paths
 from pipeline.systems import model_dir
-from pipeline.tracking import stage_run
+from pipeline.tracking import CurveLogger, stage_run
 
 ROLES = ("leader", "searcher", "answerer")
 BEHAVIOUR_BATCH = 16  # rows per generate call: bounds the prefill's memory and padding (256 rows: ~6 GB)
+# Pre-training runs the eager attention kernel: 1.14x SDPA's speed on its 256-token windows here
+# (benchmarks/bench_lm_training.py); SFT keeps SDPA (eager: no faster, +0.9 GB). The saved model keeps SDPA.
+PRETRAIN_ATTENTION = "eager"
 
 
 def behaviour_path(root: Path) -> Path:
@@ -56,13 +59,6 @@ def run_base_model(params: Params, root: Path) -> dict:
             mlf.log_artifact(str(behaviour_path(root)))
             summary["behaviour"] = behaviour
     return summary
-
-
-def _log_curve(mlf: Any, prefix: str):
-    def log(step: int, metrics: dict) -> None:
-        mlf.log_metrics({f"{prefix}_{k}": float(v) for k, v in metrics.items()}, step=step)
-
-    return log
 
 
 def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
@@ -123,13 +119,15 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
     # the completions.
     reading = reading_texts(train, corpus, bm.reading_texts, distractors=proto.top_k - 1, seed=bm.seed)
     pre = bm.pretrain
-    pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)) + reading, steps=pre.steps,
-                           batch_size=pre.batch_size, seq_len=pre.seq_len, lr=pre.lr, seed=bm.seed,
-                           log_fn=_log_curve(mlf, "pretrain"), bf16=bm.bf16)
+    with CurveLogger(mlf, "pretrain") as curve:
+        pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)) + reading, steps=pre.steps,
+                               batch_size=pre.batch_size, seq_len=pre.seq_len, lr=pre.lr, seed=bm.seed,
+                               log_fn=curve, bf16=bm.bf16, attention=PRETRAIN_ATTENTION)
     lap("pretrain")
-    sft_hist = supervised_finetune(model, tokenizer, examples, steps=bm.sft.steps, batch_size=bm.sft.batch_size,
-                                   lr=bm.sft.lr, seed=bm.seed, append_eos=False, group_by_length=True,
-                                   log_fn=_log_curve(mlf, "sft"), bf16=bm.bf16)
+    with CurveLogger(mlf, "sft") as curve:
+        sft_hist = supervised_finetune(model, tokenizer, examples, steps=bm.sft.steps, batch_size=bm.sft.batch_size,
+                                       lr=bm.sft.lr, seed=bm.seed, append_eos=False, group_by_length=True,
+                                       log_fn=curve, bf16=bm.bf16)
     lap("sft")
     save_hf_folder(model, tokenizer, out)
     lap("save")
