@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -104,19 +105,18 @@ class CurveLogger:
     block) sends the rest."""
 
     def __init__(self, mlf: Any, prefix: str, every: int = 100):
+        from mlflow.entities import Metric
+
         if every < 1:
             raise ValueError(f"every: expected >= 1, got {every}")
+        self._metric = Metric
         self._mlf, self._prefix, self._every = mlf, prefix, every
         self._pending: list[Any] = []
         self._steps = 0
 
     def __call__(self, step: int, metrics: Mapping[str, float]) -> None:
-        import time
-
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        self._pending += [Metric(f"{self._prefix}_{k}", float(v), now, step) for k, v in metrics.items()]
+        self._pending += [self._metric(f"{self._prefix}_{k}", float(v), now, step) for k, v in metrics.items()]
         self._steps += 1
         if self._steps % self._every == 0:
             self.flush()
