@@ -5,6 +5,7 @@
   serve-retriever       start the Search-R1 compatible /retrieve server on an index
   serve-policy          start an SGLang server on a model folder (GPU image) and wait until ready
   train-verl STAGE      print (or --run) the verl command of a training stage (paper profile, GPUs)
+  behaviour             a model's behaviour on dev (as in base_model) at other sampling temperatures and seeds
 """
 
 from __future__ import annotations
@@ -60,7 +61,31 @@ def _parser() -> argparse.ArgumentParser:
     verl.add_argument("--nodes", type=int, default=1)
     verl.add_argument("--send-seed", action="store_true", help="seed each rollout request (deterministic SGLang)")
     verl.add_argument("--run", action="store_true", help="write data/verl/ and run the command (GPU workers)")
+    behaviour = sub.add_parser("behaviour", help="base_model's behaviour figures at other sampling settings")
+    behaviour.add_argument("--model", default="data/models/base", help="HF model folder (default: data/models/base)")
+    behaviour.add_argument("--temperature", type=float, nargs="+", default=None,
+                           help="sampling temperatures (default: the profile's eval temperature)")
+    behaviour.add_argument("--seed", type=int, nargs="+", default=None,
+                           help="sampling seeds (default: the profile's eval seed)")
     return p
+
+
+def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
+    """One JSON line per (temperature, seed): the headline figures of base_behaviour.json."""
+    import torch
+
+    from pipeline.config import with_eval_sampling
+    from pipeline.stages.model_stages import measure_behaviour
+
+    torch.set_num_threads(params.base_model.threads)
+    for temperature in args.temperature or [params.eval.rollout.temperature]:
+        for seed in args.seed or [params.eval.seed]:
+            b = measure_behaviour(with_eval_sampling(params, temperature, seed), root, root / args.model)
+            line = {"temperature": temperature, "seed": seed,
+                    **{f"{w}_{k}": round(b[w][k], 4) for w in ("cascade", "hierarchy") for k in ("em", "em_single_hop")},
+                    **{f"wellformed_{r}": round(v, 4) for r, v in b["wellformed"].items()}}
+            print(json.dumps(line), flush=True)
+    return 0
 
 
 def _append_timing(root: Path, timing: dict) -> None:
@@ -123,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             return _serve_policy(args, root)
         if args.command == "train-verl":
             return _train_verl(args, params, root)
+        if args.command == "behaviour":
+            return _behaviour(args, params, root)
         from pipeline.stages import STAGES
 
         fn = STAGES[args.stage]

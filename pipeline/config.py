@@ -368,6 +368,17 @@ def load_params(path: str | os.PathLike = "params.yaml", profile: str | None = N
     return Params(profile=profile, common=common, active=sections[profile], source=str(path))
 
 
+def with_eval_sampling(params: Params, temperature: float | None = None, seed: int | None = None) -> Params:
+    """A copy of `params` whose evaluation samples at another temperature and/or seed."""
+    rollout = params.eval.rollout
+    if temperature is not None:
+        if temperature < 0:
+            raise ConfigError(f"temperature: expected >= 0, got {temperature}")
+        rollout = rollout.model_copy(update={"temperature": temperature})
+    evaluation = params.eval.model_copy(update={"rollout": rollout, "seed": params.eval.seed if seed is None else seed})
+    return params.model_copy(update={"active": params.active.model_copy(update={"eval": evaluation})})
+
+
 def workflow_config(params: Params, rollout: RolloutParams, n_candidates: int):
     """The agents' WorkflowConfig from the protocol constants and one rollout section."""
     from pipeline.agents.config import WorkflowConfig

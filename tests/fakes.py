@@ -147,15 +147,19 @@ class FakeRetriever:
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         self.calls.append(list(queries))
-        results = []
-        for q in queries:
-            words = set(q.lower().split())
-            ranked = sorted(
-                range(len(self.passages)),
-                key=lambda i: (-len(words & set(self.passages[i].text.lower().rstrip(".").split())), i),
-            )
-            results.append([self.passages[i] for i in ranked[:k]])
-        return results
+        return [self._ranked(q, k) for q in queries]
+
+    def neighbours(self, texts: Sequence[str], k: int) -> list[list[Passage]]:
+        """DenseRetriever.neighbours by word overlap (not recorded in `calls`)."""
+        return [self._ranked(t, k) for t in texts]
+
+    def _ranked(self, text: str, k: int) -> list[Passage]:
+        words = set(text.lower().split())
+        ranked = sorted(
+            range(len(self.passages)),
+            key=lambda i: (-len(words & set(self.passages[i].text.lower().rstrip(".").split())), i),
+        )
+        return [self.passages[i] for i in ranked[:k]]
 
 
 def make_questions(n: int, dataset: str = "nq") -> list[dict]:

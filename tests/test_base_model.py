@@ -114,7 +114,7 @@ def test_a_multi_turn_searcher_demo_becomes_one_example_per_turn(demos):
     assert first_completion[-1] == tokenizer.eos_token_id
 
 
-def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retriever, monkeypatch, tmp_path):
+def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retriever, monkeypatch, tmp_path, capsys):
     from pipeline.policy.hf_backend import HFBackend
     from pipeline.retrieval.retriever import DenseRetriever
     from pipeline.stages import STAGES
@@ -149,6 +149,17 @@ def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retr
     assert len(client.get_metric_history(run_id, "pretrain_loss")) == params.base_model.pretrain.steps
     assert len(client.get_metric_history(run_id, "sft_loss")) == params.base_model.sft.steps
     assert "behaviour_cascade_em" in runs.columns.str.replace("metrics.", "").tolist()
+
+    from pipeline.cli import main as cli_main
+
+    base = ["--params", str(REPO / "params.yaml"), "--profile", "ci", "--root", str(ci_root), "behaviour"]
+    capsys.readouterr()
+    assert cli_main([*base, "--temperature", "0", "--seed", "3", "4"]) == 0
+    greedy = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(g["temperature"], g["seed"]) for g in greedy] == [(0.0, 3), (0.0, 4)]
+    assert {k: v for k, v in greedy[0].items() if k != "seed"} == {k: v for k, v in greedy[1].items() if k != "seed"}
+    assert set(greedy[0]) >= {"cascade_em_single_hop", "hierarchy_em", "wellformed_searcher"}
+    assert cli_main([*base, "--temperature", "-1"]) == 2
 
 
 def _fake_model_folder(path: Path) -> Path:
@@ -246,6 +257,83 @@ def test_reading_texts_copy_the_answer_sentence_from_one_of_the_shown_passages(c
     dev = pd.read_parquet(ci_root / "data" / "splits" / "dev.parquet")
     with pytest.raises(InputError, match="not a training question"):
         reading_texts(dev, corpus, n=5, distractors=2, seed=5)
+
+
+_DEMOS_DIGEST = """
+import hashlib, sys
+import pandas as pd
+from pipeline.agents.prompts import load_prompts
+from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_texts
+from pipeline.retrieval.base import Passage
+from tests.fakes import FakeRetriever
+root = sys.argv[1]
+corpus = pd.read_parquet(root + "/data/corpus/passages.parquet")
+retriever = FakeRetriever([Passage(r.id, r.title, r.text) for r in corpus.itertuples()])
+rates = DemoRates(skip_search=0.0, vague_query=0.5, wrong_pick=0.5, judge_noise=0.2)
+cfg = DemoConfig(searcher=200, answerer=100, leader=100, judge=20, rates=rates, seed=3)
+demos = build_demos(pd.read_parquet(root + "/data/splits/train.parquet"), retriever, load_prompts(), cfg)
+print(hashlib.sha256("\\n".join(demo_texts(demos)).encode()).hexdigest())
+"""
+
+
+def test_demonstrations_do_not_depend_on_the_string_hash_seed(ci_root):
+    import os
+    import subprocess
+    import sys
+
+    digests = set()
+    for hash_seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(REPO)}
+        out = subprocess.run([sys.executable, "-c", _DEMOS_DIGEST, str(ci_root)], env=env, cwd=REPO,
+                             capture_output=True, text=True, check=True)
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
+
+
+def _word_vector_index(texts):
+    """A flat inner-product index of hashed bag-of-words vectors (no encoder: fast, deterministic)."""
+    import zlib
+
+    import faiss
+    import numpy as np
+
+    vectors = np.zeros((len(texts), 256), np.float32)
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            vectors[row, zlib.crc32(word.encode()) % 256] += 1.0
+    faiss.normalize_L2(vectors)
+    index = faiss.IndexFlatIP(256)
+    index.add(vectors)
+    return index
+
+
+def test_reading_texts_with_neighbours_show_the_answer_passage_among_its_nearest(ci_root):
+    from pipeline.policy.reading_texts import reading_texts
+    from pipeline.retrieval.retriever import DenseRetriever
+
+    train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
+    corpus = pd.read_parquet(ci_root / "data" / "corpus" / "passages.parquet")
+    retriever = DenseRetriever(_word_vector_index(corpus["text"]), corpus[["id", "title", "text"]], encoder=None)
+    calls: list[int] = []
+
+    def neighbours(texts, k):
+        calls.append(len(texts))
+        return retriever.neighbours(texts, k)
+
+    texts = reading_texts(train, corpus, n=30, distractors=2, seed=5, neighbours=neighbours)
+    assert calls == [30]  # one batched lookup
+    by_text = dict(zip(corpus["text"], corpus["title"]))
+    places = set()
+    for text in texts:
+        _, *docs, evidence, _ = text.split("\n")
+        bodies = [d.split(") ", 1)[1] for d in docs]
+        gold = next(b for b in bodies if evidence.removeprefix("Evidence: ") in b)
+        places.add(bodies.index(gold))
+        near = [p.text for p in retriever.neighbours([gold], 3)[0] if p.text != gold][:2]
+        assert [b for b in bodies if b != gold] == near  # the distractors: its nearest passages, in order
+        assert all(b in by_text for b in bodies)
+    assert len(places) > 1  # the answer's passage is not always in the same place
+    assert reading_texts(train, corpus, n=30, distractors=2, seed=5, neighbours=neighbours) == texts
 
 
 def test_bf16_training_keeps_float32_weights_and_the_same_loss():

@@ -37,6 +37,20 @@ def test_paper_profile_keeps_the_paper_numbers():
     assert params.common.eval.bootstrap_seed == 20260912
 
 
+def test_with_eval_sampling_changes_a_copy_only():
+    from pipeline.config import with_eval_sampling
+
+    params = load_params(REPO_ROOT / "params.yaml", profile="tiny")
+    other = with_eval_sampling(params, temperature=1.0, seed=5)
+    assert (other.eval.rollout.temperature, other.eval.seed) == (1.0, 5)
+    assert (params.eval.rollout.temperature, params.eval.seed) == (0.7, 20261129)
+    assert other.eval.rollout.max_searcher_turns == params.eval.rollout.max_searcher_turns
+    assert other.train == params.train and other.base_model == params.base_model
+    assert with_eval_sampling(params).eval == params.eval
+    with pytest.raises(ConfigError, match="temperature"):
+        with_eval_sampling(params, temperature=-0.5)
+
+
 def test_unknown_key_is_named(tmp_path):
     path = _write(tmp_path, lambda r: r["tiny"]["data"].update(dev_sise=3))
     with pytest.raises(ConfigError, match=r"tiny\.data\.dev_sise: unknown key"):

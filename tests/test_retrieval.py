@@ -162,6 +162,21 @@ def test_search_edge_cases(built):
         retriever.search_vectors(np.zeros((2, 7), np.float32), k=1)
 
 
+def test_neighbours_are_the_nearest_stored_passages_with_no_encoder(built):
+    out, frame, _ = built
+    loaded = load_index(out)
+    retriever = DenseRetriever.from_loaded(loaded, encoder=None)  # nothing to encode with
+    texts = frame["text"].tolist()
+    hits = retriever.neighbours(texts[:7], k=4)
+    vectors = loaded.index.reconstruct_n(0, loaded.index.ntotal)
+    expected = np.argsort(-(vectors[:7] @ vectors.T), axis=1, kind="stable")[:, :4]
+    assert [[p.id for p in h] for h in hits] == [[frame["id"][j] for j in row] for row in expected]
+    assert [h[0].text for h in hits] == texts[:7]  # each passage is its own nearest
+    assert retriever.neighbours([], k=2) == []
+    with pytest.raises(InputError, match="not in the index.*no such passage"):
+        retriever.neighbours([texts[0], "no such passage"], k=2)
+
+
 def test_formatting_of_retrieved_passages(built):
     retriever = DenseRetriever.from_dir(built[0])
     hits = retriever.search(["penguin safety rules"], k=2)[0]

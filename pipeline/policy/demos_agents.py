@@ -122,11 +122,11 @@ def run_searcher(
         run.turns.append(Turn(render_action(Report(""))))
         return run
     query = vague_query(task, needed[0].title) if rng.random() < rates.vague_query else task
-    asked: set[str] = set()
+    asked: list[str] = []  # in order: a set's order changes with PYTHONHASHSEED, and the report with it
     last: list[Passage] = []
     for _ in range(max_searches):
         last = search(query)
-        asked.add(query)
+        asked.append(query)
         run.turns.append(Turn(render_action(Search(query)), observation_text(last)))
         body = format_information(last)
         run.passages_text = f"{run.passages_text}\n{body}" if run.passages_text else body
@@ -147,7 +147,7 @@ def _report(
     last: list[Passage],
     hops: Sequence[Hop],
     search: Callable[[str], list[Passage]],
-    asked: set[str],
+    asked: Sequence[str],
     rng: random.Random,
     rates: DemoRates,
 ) -> str:

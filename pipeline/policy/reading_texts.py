@@ -12,14 +12,18 @@ answer and the answer span:
     Answer: Navun
 
 A tiny model learns from them to pick a sentence out of passages and to copy spans
-exactly, the skills every role needs. They use no role prompt and no action tag, so the
+exactly, the skills every role needs. Given the index's `neighbours`, the other passages are
+the ones nearest to the answer's passage in the E5 index (hard distractors, as a Searcher
+sees them: another passage on the same entity, or the same relation about a namesake), so
+the sentence must be picked by the question's entity and relation together; otherwise they
+are random passages on other entities. They use no role prompt and no action tag, so the
 roles' (deliberately imperfect) behaviour still comes from the demonstrations alone.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -29,9 +33,16 @@ from pipeline.policy.demos_text import find_sentence
 from pipeline.retrieval.base import Passage, format_information
 
 
-def reading_texts(train: pd.DataFrame, passages: pd.DataFrame, n: int, distractors: int, seed: int) -> list[str]:
+Neighbours = Callable[[Sequence[str], int], list[list[Passage]]]  # passage texts, k -> nearest passages
+
+
+def reading_texts(
+    train: pd.DataFrame, passages: pd.DataFrame, n: int, distractors: int, seed: int,
+    neighbours: Neighbours | None = None,
+) -> list[str]:
     """Up to `n` transcripts (one per answerable hop of the shuffled training questions),
-    each with `distractors` random other passages around the answer's passage."""
+    each with `distractors` other passages around the answer's passage, which takes a random
+    place: its nearest passages by `neighbours` (one batched call), or random ones."""
     for column in ("title", "text"):
         if column not in passages.columns:
             raise InputError(f"corpus: missing column {column!r}")
@@ -42,25 +53,28 @@ def reading_texts(train: pd.DataFrame, passages: pd.DataFrame, n: int, distracto
     rng = random.Random(seed)
     episodes = training_episodes(train)
     rng.shuffle(episodes)
-    texts: list[str] = []
-    for ep in episodes:
-        for hop in ep.hops:
-            if len(texts) >= n:
-                return texts
-            sentence = find_sentence(by_title.get(hop.title, []), hop.answer, hop.title)
-            if sentence is None:
-                continue
-            gold = next(p for p in by_title[hop.title] if sentence in p.text)
-            question = ep.question if ep.family == "single-hop" else hop.question
-            docs = _shuffled_with(gold, corpus, distractors, rng)
-            start = sentence.lower().index(hop.answer.lower())
-            texts.append(f"Question: {question}\n{format_information(docs)}\n"
-                         f"Evidence: {sentence}\nAnswer: {sentence[start : start + len(hop.answer)]}")
+    items: list[tuple[str, Passage, str, str]] = []  # question, answer's passage, sentence, answer span
+    for hop, ep in ((h, e) for e in episodes for h in e.hops):
+        if len(items) >= n:
+            break
+        sentence = find_sentence(by_title.get(hop.title, []), hop.answer, hop.title)
+        if sentence is None:
+            continue
+        gold = next(p for p in by_title[hop.title] if sentence in p.text)
+        question = ep.question if ep.family == "single-hop" else hop.question
+        start = sentence.lower().index(hop.answer.lower())
+        items.append((question, gold, sentence, sentence[start : start + len(hop.answer)]))
+    if neighbours is not None and items:
+        near = neighbours([gold.text for _, gold, _, _ in items], distractors + 1)
+        others = [[p for p in found if p.text != gold.text][:distractors] for (_, gold, _, _), found in zip(items, near)]
+    else:
+        others = [_random_others(gold, corpus, distractors, rng) for _, gold, _, _ in items]
+    texts = []
+    for (question, gold, sentence, span), docs in zip(items, others):
+        docs.insert(rng.randint(0, len(docs)), gold)
+        texts.append(f"Question: {question}\n{format_information(docs)}\nEvidence: {sentence}\nAnswer: {span}")
     return texts
 
 
-def _shuffled_with(gold: Passage, corpus: Sequence[Passage], k: int, rng: random.Random) -> list[Passage]:
-    others = [p for p in rng.sample(corpus, min(len(corpus), k + 1)) if p.title != gold.title][:k]
-    docs = [gold, *others]
-    rng.shuffle(docs)
-    return docs
+def _random_others(gold: Passage, corpus: Sequence[Passage], k: int, rng: random.Random) -> list[Passage]:
+    return [p for p in rng.sample(corpus, min(len(corpus), k + 1)) if p.title != gold.title][:k]

@@ -38,7 +38,8 @@ class DenseRetriever:
         self.index = index
         self.passages = table.select(list(PASSAGE_COLUMNS))
         self.encoder = encoder
-        self._search_lock = threading.Lock()  # faiss GPU indexes are not thread-safe
+        self._search_lock = threading.Lock()
+        self._rows: dict[str, int] | None = None  # passage text -> index row, for `neighbours`  # faiss GPU indexes are not thread-safe
 
     @classmethod
     def from_loaded(cls, loaded: LoadedIndex, encoder: Encoder | None) -> "DenseRetriever":
@@ -70,6 +71,23 @@ class DenseRetriever:
         hits = self.search_vectors(self.encoder.encode_queries(unique), k)
         by_query = dict(zip(unique, hits))
         return [list(by_query[q]) for q in queries]
+
+    def neighbours(self, texts: Sequence[str], k: int) -> list[list[Passage]]:
+        """The k passages nearest to each of the index's own passages `texts` (found by their
+        stored vectors: nothing is encoded), best first, the passage itself usually first."""
+        k = check_k(k)
+        if self._rows is None:
+            self._rows = {t: i for i, t in enumerate(self.passages.column("text").to_pylist())}
+        missing = [t for t in texts if t not in self._rows]
+        if missing:
+            raise InputError(f"passages: {len(missing)} text(s) not in the index, e.g. {missing[0][:60]!r}")
+        if not texts:
+            return []
+        try:
+            vectors = np.stack([self.index.reconstruct(self._rows[t]) for t in texts])
+        except RuntimeError as err:
+            raise InputError(f"index {type(self.index).__name__}: cannot return its stored vectors ({err})") from err
+        return self.search_vectors(vectors, k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Passage]]:
         """Top-k passages for precomputed (n, dim) query vectors, best first."""

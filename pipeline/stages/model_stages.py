@@ -98,7 +98,8 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
         max_parallel=proto.max_parallel, max_waves=proto.max_waves,
         hierarchy_steps=proto.hierarchy_steps, seed=bm.seed,
     )
-    demos = build_demos(train, DenseRetriever.from_dir(paths.index), load_prompts(), cfg)
+    retriever = DenseRetriever.from_dir(paths.index)
+    demos = build_demos(train, retriever, load_prompts(), cfg)
     if not demos:
         raise InputError(f"{paths.split('train')}: no demonstrations could be made (no training questions?)")
     lap("demos")
@@ -117,7 +118,8 @@ def _train_scratch(params: Params, root: Path, out: Path, mlf: Any) -> dict:
     # Pre-training reads the passages, the demonstrations' full transcripts and reading texts
     # (packed, no padding: the cheap way to learn the format and copying); SFT then trains
     # the completions.
-    reading = reading_texts(train, corpus, bm.reading_texts, distractors=proto.top_k - 1, seed=bm.seed)
+    reading = reading_texts(train, corpus, bm.reading_texts, distractors=proto.top_k - 1, seed=bm.seed,
+                            neighbours=retriever.neighbours)
     pre = bm.pretrain
     with CurveLogger(mlf, "pretrain") as curve:
         pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)) + reading, steps=pre.steps,
