@@ -38,8 +38,8 @@ class DenseRetriever:
         self.index = index
         self.passages = table.select(list(PASSAGE_COLUMNS))
         self.encoder = encoder
-        self._search_lock = threading.Lock()
-        self._rows: dict[str, int] | None = None  # passage text -> index row, for `neighbours`  # faiss GPU indexes are not thread-safe
+        self._search_lock = threading.Lock()  # faiss GPU indexes are not thread-safe
+        self._rows: dict[str, int] | None = None  # passage text -> index row, for `neighbours`
 
     @classmethod
     def from_loaded(cls, loaded: LoadedIndex, encoder: Encoder | None) -> "DenseRetriever":
