@@ -10,10 +10,12 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from pipeline.config import load_params
 from pipeline.eval.bootstrap import paired_bootstrap, paired_bootstrap_many, paired_bootstrap_naive
 from pipeline.eval.records import per_question_scores
 
@@ -26,7 +28,8 @@ SYSTEMS = {
     "prompted_critic": 0.346, "abl_outcome_rl": 0.178, "abl_base_teacher": 0.295,
     "abl_no_searcher_sup": 0.298,
 }
-RUNS, DRAWS, SEED, TARGET_S = 4, 4000, 20260912, 5.0
+EVAL = load_params(Path(__file__).resolve().parents[1] / "params.yaml").common.eval
+RUNS, DRAWS, SEED, LEVEL, TARGET_S = EVAL.runs, EVAL.bootstrap_draws, EVAL.bootstrap_seed, EVAL.confidence, 5.0
 
 
 def synthetic_records(seed: int = 0) -> pd.DataFrame:
@@ -64,11 +67,11 @@ def main() -> None:
           f"{peak_rss_mib():.0f} MiB")
 
     start = time.perf_counter()
-    scores = per_question_scores(records)
+    scores = per_question_scores(records, runs=RUNS)
     scores_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    gaps = paired_bootstrap_many(scores, "multiagent_opd", draws=DRAWS, seed=SEED)
+    gaps = paired_bootstrap_many(scores, "multiagent_opd", draws=DRAWS, seed=SEED, level=LEVEL)
     boot_s = time.perf_counter() - start
 
     print(gaps.to_string(index=False, float_format=lambda v: f"{v:+.2f}"))
@@ -79,11 +82,11 @@ def main() -> None:
 
     small = scores[scores["question_id"].isin(scores["question_id"].unique()[::100])]
     start = time.perf_counter()
-    fast = paired_bootstrap(small, "prompted_critic", "multiagent_opd", draws=DRAWS, seed=SEED)
+    fast = paired_bootstrap(small, "prompted_critic", "multiagent_opd", draws=DRAWS, seed=SEED, level=LEVEL)
     fast_s = time.perf_counter() - start
     start = time.perf_counter()
     slow = paired_bootstrap_naive(
-        small, "prompted_critic", "multiagent_opd", draws=DRAWS, seed=SEED
+        small, "prompted_critic", "multiagent_opd", draws=DRAWS, seed=SEED, level=LEVEL
     )
     slow_s = time.perf_counter() - start
     worst = max(abs(fast[k] - slow[k]) for k in fast)

@@ -14,11 +14,11 @@ import time
 
 import torch
 
+from pipeline.basemodel.lm_training import pretrain_lm
+from pipeline.basemodel.tiny_model import build_tiny_qwen3, count_parameters
+from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.lm_training import pretrain_lm
-from pipeline.policy.tiny_model import build_tiny_qwen3, count_parameters
-from pipeline.policy.tokenizer import train_bpe_tokenizer
 
 N_PROMPTS = 64
 NEW_TOKENS = 64

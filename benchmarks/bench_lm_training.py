@@ -47,9 +47,9 @@ def examples(count: int, vocab: int, seed: int = 0) -> list[tuple[list[int], lis
 def run_setting(name: str, steps: int) -> dict:
     import torch
 
-    from pipeline.policy.lm_training import pretrain_lm, supervised_finetune
-    from pipeline.policy.tiny_model import build_tiny_qwen3
-    from pipeline.policy.tokenizer import train_bpe_tokenizer
+    from pipeline.basemodel.lm_training import pretrain_lm, supervised_finetune
+    from pipeline.basemodel.tiny_model import build_tiny_qwen3
+    from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 
     torch.set_num_threads(2)
     words = [f"w{i} v{i * 7 % 101} x{i % 13}" for i in range(3000)]

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.workspace import copy_repo  # noqa: E402
+from pipeline.repo_copy import copy_repo  # noqa: E402
 
 TRAINING = ("teacher", "team", "prompted_critic", "ablation@")
 FOUNDATION = ("splits", "corpus", "validate_splits", "index")

@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import ConfigError, load_params
-from pipeline.io import InputError, ValidationFailed
-from pipeline.rl.train_params import TRAIN_KEYS
+from pipeline.config import load_params
+from pipeline.errors import ConfigError, InputError, ValidationFailed
+from pipeline.rl.modes import BY_TRAIN_KEY
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     policy.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait until ready")
     policy.add_argument("--log", default=None, help="server log file (default: this terminal)")
     verl = sub.add_parser("train-verl", help="the verl command of a training stage (docs/verl.md)")
-    verl.add_argument("stage", choices=sorted(TRAIN_KEYS), help="a params.yaml train.systems key")
+    verl.add_argument("stage", choices=sorted(BY_TRAIN_KEY), help="a params.yaml train.systems key")
     verl.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                       help="an extra verl config override (repeatable)")
     verl.add_argument("--retriever-url", default="http://127.0.0.1:8000/retrieve")

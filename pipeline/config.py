@@ -16,15 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline.domain import DATASETS
+from pipeline.errors import ConfigError
+
 PROFILES = ("tiny", "ci", "paper")
-DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle")
 PROFILE_ENV = "MAOPD_PROFILE"
-
-PositiveInt = Field(gt=0)
-
-
-class ConfigError(ValueError):
-    """params.yaml is invalid; the message names the file and the key."""
 
 
 class _Strict(BaseModel):
@@ -140,7 +136,7 @@ class IndexParams(_Strict):
 
     @model_validator(mode="after")
     def _spec(self) -> "IndexParams":
-        from pipeline.io import InputError
+        from pipeline.errors import InputError
 
         try:
             self.spec()
@@ -218,7 +214,7 @@ class MaskAuditParams(_Strict):
 
 
 class BaseModelShape(_Strict):
-    """Shape of the tiny Qwen3 (pipeline.policy.tiny_model.build_tiny_qwen3)."""
+    """Shape of the tiny Qwen3 (pipeline.basemodel.tiny_model.build_tiny_qwen3)."""
 
     hidden: int = Field(gt=0)
     layers: int = Field(gt=0)
@@ -267,7 +263,7 @@ class BaseModelParams(_Strict):
     vocab_size: int | None = Field(default=None, gt=0)
     max_token_bytes: int | None = Field(default=None, gt=1)  # BPE merge cap; None: uncapped
     bf16: bool = False  # scratch training under bfloat16 autocast (weights stay float32)
-    reading_texts: int = Field(default=0, ge=0)  # copy-forcing pre-training transcripts (policy.reading_texts)
+    reading_texts: int = Field(default=0, ge=0)  # copy-forcing pre-training transcripts (basemodel.reading_texts)
     model: BaseModelShape | None = None
     pretrain: PretrainParams | None = None
     sft: SftParams | None = None
@@ -381,7 +377,7 @@ def with_eval_sampling(params: Params, temperature: float | None = None, seed: i
 
 def workflow_config(params: Params, rollout: RolloutParams, n_candidates: int):
     """The agents' WorkflowConfig from the protocol constants and one rollout section."""
-    from pipeline.agents.config import WorkflowConfig
+    from pipeline.agents.workflow_config import WorkflowConfig
 
     proto = params.common.protocol
     return WorkflowConfig(

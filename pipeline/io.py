@@ -66,16 +66,3 @@ def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
     """Deterministic parquet: same frame gives byte-identical files."""
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False, compression="zstd")
-
-
-class InputError(ValueError):
-    """Bad user input: the message names the file, line or field and what was expected."""
-
-
-class ValidationFailed(RuntimeError):
-    """A data-validation suite failed; the stage must stop the pipeline."""
-
-    def __init__(self, where: str, failures: list[str]):
-        self.failures = failures
-        lines = "\n".join(f"  - {f}" for f in failures)
-        super().__init__(f"{where}: validation failed ({len(failures)} problems)\n{lines}")

@@ -1,12 +1,11 @@
-"""The eight systems of SPEC section 2: which workflow, which weights, which training mode.
-
-Every path here is part of the DVC contract (dvc.yaml lists the same folders).
-"""
+"""The eight systems of SPEC section 2: which workflow, which weights, which training mode."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.paths import model_dir
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,6 @@ SYSTEMS: tuple[System, ...] = (
 
 BY_NAME = {s.name: s for s in SYSTEMS}
 ABLATIONS = ("outcome_rl_searcher", "base_teacher", "no_searcher_supervision")
-TARGET = "multiagent_opd"
 
 
 def system(name: str) -> System:
@@ -49,18 +47,9 @@ def system(name: str) -> System:
         raise KeyError(f"unknown system {name!r}; expected one of {', '.join(BY_NAME)}") from None
 
 
-def model_dir(root: Path, weights: str) -> Path:
-    return root / "data" / "models" / weights
-
-
-def checkpoint_dir(root: Path, weights: str) -> Path:
-    """Checkpoints live outside the DVC output so a killed stage can resume from them."""
-    return root / "data" / "checkpoints" / weights
-
-
-def audit_dir(root: Path, name: str) -> Path:
-    return root / "data" / "audit" / name
-
-
-def eval_dir(root: Path, name: str) -> Path:
-    return root / "data" / "eval" / name
+def trained_by(mode: str) -> System:
+    """The system a training mode (pipeline.rl.modes) trains."""
+    found = [s for s in SYSTEMS if s.mode == mode]
+    if len(found) != 1:
+        raise KeyError(f"training mode {mode!r} trains {len(found)} systems; expected exactly one")
+    return found[0]

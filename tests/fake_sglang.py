@@ -27,7 +27,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.sglang_backend import entry_seed

@@ -27,7 +27,7 @@ from pipeline.agents.protocol import (
     parse_action,
     render_action,
 )
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 # ---------------------------------------------------------------- strategies
 

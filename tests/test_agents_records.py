@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.records import TRAJECTORY_COLUMNS, to_tables, trajectory_table
 from pipeline.agents.workflows import run_cascade, run_hierarchy
 from pipeline.io import write_parquet
+from tests.configs import workflow_cfg
 from tests.fakes import FakeBackend, FakeRetriever, TeamScript, fake_logprob, make_questions
 
 CONTRACT_SAMPLE_COLUMNS = [
@@ -24,13 +24,13 @@ CONTRACT_TOKEN_COLUMNS = [
     "sample_id", "pos", "token_id", "role", "source", "loss_mask", "old_logp", "teacher_logp", "advantage",
 ]
 REPORT = "zebra report"
-CFG = WorkflowConfig(leader_max_new_tokens=400, searcher_max_new_tokens=300, answerer_max_new_tokens=100)
+CFG = workflow_cfg(leader_max_new_tokens=400, searcher_max_new_tokens=300, answerer_max_new_tokens=100)
 
 
 def _rollout(workflow: str, n_candidates: int = 5):
     backend = FakeBackend(TeamScript(n_searches=2, n_waves=2, report=REPORT))
     run = run_cascade if workflow == "cascade" else run_hierarchy
-    cfg = WorkflowConfig(**{**CFG.__dict__, "n_candidates": n_candidates})
+    cfg = workflow_cfg(**{**CFG.__dict__, "n_candidates": n_candidates})
     return run(make_questions(2), backend, FakeRetriever(), cfg, n_traj=3, seed=0), backend
 
 

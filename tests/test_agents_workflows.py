@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.protocol import STOP_TAGS
+from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.agents.workflows import run_cascade, run_hierarchy, tick_seed
-from pipeline.io import InputError
+from pipeline.errors import InputError
+from tests.configs import workflow_cfg
 from tests.fakes import FakeBackend, FakeRetriever, TeamScript, field_of, make_questions, role_of
 
 # The fake tokenizer is character-level, so generation limits must be generous.
@@ -17,7 +18,7 @@ BIG = dict(leader_max_new_tokens=400, searcher_max_new_tokens=300, answerer_max_
 
 
 def _cfg(**kw) -> WorkflowConfig:
-    return WorkflowConfig(**{**BIG, **kw})
+    return workflow_cfg(**{**BIG, **kw})
 
 
 def _run(workflow, script, n_questions=1, n_traj=1, seed=0, **cfg):
@@ -312,4 +313,4 @@ def test_bad_questions_raise_input_error(rows, message):
 @pytest.mark.parametrize(("field", "value"), [("cascade_steps", 0), ("top_k", 1.5), ("top_p", 0.0), ("temperature", -1)])
 def test_bad_config_raises_input_error(field, value):
     with pytest.raises(InputError, match=field):
-        WorkflowConfig(**{field: value})
+        workflow_cfg(**{field: value})

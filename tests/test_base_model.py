@@ -12,13 +12,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pipeline.agents.prompts import load_prompts
 from pipeline.agents.protocol import Malformed, Search, parse_action
 from pipeline.agents.searcher import observation_text
+from pipeline.basemodel.demos import DemoConfig, DemoRates, build_demos, demo_examples
+from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.config import load_params
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
-from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_examples
 from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
 from pipeline.policy.model_ref import MODEL_REF, resolve_model_dir, write_model_ref
-from pipeline.policy.tokenizer import train_bpe_tokenizer
 from pipeline.retrieval.base import Passage
 from tests.conftest import build_ci_data
 from tests.fakes import FakeRetriever
@@ -116,12 +116,11 @@ def test_a_multi_turn_searcher_demo_becomes_one_example_per_turn(demos):
 
 def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retriever, monkeypatch, tmp_path, capsys):
     from pipeline.policy.hf_backend import HFBackend
-    from pipeline.retrieval.retriever import DenseRetriever
-    from pipeline.stages import STAGES
+    from pipeline.stages import STAGES, model_stages
     from pipeline.stages.model_stages import behaviour_path
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setattr(DenseRetriever, "from_dir", classmethod(lambda cls, *a, **k: corpus_retriever))
+    monkeypatch.setattr(model_stages, "open_retriever", lambda root: corpus_retriever)
     params = load_params(REPO / "params.yaml", profile="ci")
     summary = STAGES["base_model"](params, ci_root)
     out = ci_root / "data" / "models" / "base"
@@ -209,7 +208,7 @@ def test_paper_profile_stage_references_the_local_model(tmp_path, monkeypatch):
 
 
 def test_demo_sequences_train_every_turn_and_no_observation(demos):
-    from pipeline.policy.demos import demo_sequences, demo_texts
+    from pipeline.basemodel.demos import demo_sequences, demo_texts
 
     tokenizer = train_bpe_tokenizer(demo_texts(demos), 400)
     with_observations = [d for d in demos if any(t.observation for t in d.turns)]
@@ -224,7 +223,7 @@ def test_demo_sequences_train_every_turn_and_no_observation(demos):
 def test_length_grouped_batches_cover_each_example_once_with_little_padding():
     import torch
 
-    from pipeline.policy.lm_training import length_grouped_batches
+    from pipeline.basemodel.lm_training import length_grouped_batches
 
     lengths = [int(x) for x in torch.randint(5, 300, (512,), generator=torch.Generator().manual_seed(0))]
     batches = length_grouped_batches(lengths, 8, torch.Generator().manual_seed(1), window=16)
@@ -238,7 +237,7 @@ def test_length_grouped_batches_cover_each_example_once_with_little_padding():
 def test_reading_texts_copy_the_answer_sentence_from_one_of_the_shown_passages(ci_root):
     import re
 
-    from pipeline.policy.reading_texts import reading_texts
+    from pipeline.basemodel.reading_texts import reading_texts
 
     train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
     corpus = pd.read_parquet(ci_root / "data" / "corpus" / "passages.parquet")
@@ -263,7 +262,7 @@ _DEMOS_DIGEST = """
 import hashlib, sys
 import pandas as pd
 from pipeline.agents.prompts import load_prompts
-from pipeline.policy.demos import DemoConfig, DemoRates, build_demos, demo_texts
+from pipeline.basemodel.demos import DemoConfig, DemoRates, build_demos, demo_texts
 from pipeline.retrieval.base import Passage
 from tests.fakes import FakeRetriever
 root = sys.argv[1]
@@ -308,7 +307,7 @@ def _word_vector_index(texts):
 
 
 def test_reading_texts_with_neighbours_show_the_answer_passage_among_its_nearest(ci_root):
-    from pipeline.policy.reading_texts import reading_texts
+    from pipeline.basemodel.reading_texts import reading_texts
     from pipeline.retrieval.retriever import DenseRetriever
 
     train = pd.read_parquet(ci_root / "data" / "splits" / "train.parquet")
@@ -339,8 +338,8 @@ def test_reading_texts_with_neighbours_show_the_answer_passage_among_its_nearest
 def test_bf16_training_keeps_float32_weights_and_the_same_loss():
     import torch
 
-    from pipeline.policy.lm_training import supervised_finetune
-    from pipeline.policy.tiny_model import build_tiny_qwen3
+    from pipeline.basemodel.lm_training import supervised_finetune
+    from pipeline.basemodel.tiny_model import build_tiny_qwen3
 
     texts = [f"Where was Kalo{i} born? Kalo{i} was born in Mira{i}." for i in range(20)]
     tokenizer = train_bpe_tokenizer(texts, vocab_size=400)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import PROFILES, ConfigError, load_params
+from pipeline.config import PROFILES, load_params
+from pipeline.errors import ConfigError
 
 from .conftest import REPO_ROOT
 

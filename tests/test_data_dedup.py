@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from pipeline.data.dedup import OUTPUT_COLUMNS, make_splits
 from pipeline.data.normalize import normalize_question
 from pipeline.data.world import WorldConfig, generate_world
-from pipeline.data.world_questions import DATASETS
-from pipeline.io import InputError, write_parquet
+from pipeline.domain import DATASETS
+from pipeline.errors import InputError
+from pipeline.io import write_parquet
 
 
 def _table(rows: list[tuple[str, str, str, str, object]]) -> pd.DataFrame:

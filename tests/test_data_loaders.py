@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.data.loaders import CORPUS_COLUMNS, QA_COLUMNS, load_corpus_file, load_qa_file, load_raw_dir
 from pipeline.data.normalize import normalize_question
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
 

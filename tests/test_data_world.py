@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pipeline.data.normalize import normalize_answer, normalize_question
 from pipeline.data.world import QUESTION_COLUMNS, WorldConfig, generate_world
 from pipeline.data.world_duplicates import near_variant
-from pipeline.data.world_questions import DATASETS
-from pipeline.io import InputError
+from pipeline.domain import DATASETS
+from pipeline.errors import InputError
 
 SMALL = dict(
     n_countries=5, n_cities=20, n_people=150, n_films=60, n_books=60, n_companies=40,

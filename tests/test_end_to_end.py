@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline.repo_copy import copy_repo
 from pipeline.systems import SYSTEMS
-from pipeline.workspace import copy_repo
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.errors import InputError
 from pipeline.eval.em import exact_match
 from pipeline.eval.extraction import flexible_answer, strict_answer
-from pipeline.io import InputError
 
 
 @pytest.mark.parametrize(

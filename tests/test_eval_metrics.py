@@ -5,9 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from pipeline.errors import InputError
 from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
 from pipeline.eval.records import per_question_scores
-from pipeline.io import InputError
+from tests.configs import EVAL
 
 # system -> (dataset, question_id) -> strict correctness of runs 0..3
 CORRECT = {
@@ -52,7 +53,7 @@ def row(table: pd.DataFrame, **keys) -> pd.Series:
 
 
 def test_per_dataset_metrics_by_hand() -> None:
-    table = per_dataset_metrics(make_records())
+    table = per_dataset_metrics(make_records(), runs=EVAL.runs)
     nq = row(table, system="opd", dataset="nq")
     assert nq["n_questions"] == 3
     assert nq["avg@4"] == pytest.approx(100 * (1 + 0.25 + 0) / 3)
@@ -65,7 +66,7 @@ def test_per_dataset_metrics_by_hand() -> None:
 
 
 def test_macro_is_unweighted_over_datasets_not_pooled() -> None:
-    macro = macro_metrics(make_records())
+    macro = macro_metrics(make_records(), runs=EVAL.runs)
     opd = row(macro, system="opd")
     assert opd["n_datasets"] == 2
     assert opd["avg@4"] == pytest.approx((100 * 1.25 / 3 + 50) / 2)  # pooled would be 43.75
@@ -78,28 +79,28 @@ def test_macro_is_unweighted_over_datasets_not_pooled() -> None:
 def test_metrics_use_the_named_correctness_column() -> None:
     records = make_records()
     records["flexible_correct"] = True
-    table = per_dataset_metrics(records, correct_col="flexible_correct")
+    table = per_dataset_metrics(records, correct_col="flexible_correct", runs=EVAL.runs)
     assert (table["avg@4"] == 100).all()
-    assert row(per_dataset_metrics(records), system="opd", dataset="bamboogle")["avg@4"] == 50
+    assert row(per_dataset_metrics(records, runs=EVAL.runs), system="opd", dataset="bamboogle")["avg@4"] == 50
 
 
 def test_row_order_does_not_matter() -> None:
     records = make_records()
     shuffled = records.sample(frac=1.0, random_state=3).reset_index(drop=True)
-    pd.testing.assert_frame_equal(macro_metrics(records), macro_metrics(shuffled))
+    pd.testing.assert_frame_equal(macro_metrics(records, runs=EVAL.runs), macro_metrics(shuffled, runs=EVAL.runs))
 
 
 def test_macro_with_required_datasets() -> None:
     records = make_records()
-    only_nq = macro_metrics(records, datasets=["nq"])
+    only_nq = macro_metrics(records, datasets=["nq"], runs=EVAL.runs)
     assert row(only_nq, system="opd")["avg@4"] == pytest.approx(100 * 1.25 / 3)
     with pytest.raises(InputError, match="musique"):
-        macro_metrics(records, datasets=["nq", "musique"])
+        macro_metrics(records, datasets=["nq", "musique"], runs=EVAL.runs)
 
 
 def test_missing_column_is_named() -> None:
     with pytest.raises(InputError, match="strict_correct"):
-        per_dataset_metrics(make_records().drop(columns="strict_correct"))
+        per_dataset_metrics(make_records().drop(columns="strict_correct"), runs=EVAL.runs)
     with pytest.raises(InputError, match="output_tokens"):
         workload(make_records().drop(columns="output_tokens"))
 
@@ -108,7 +109,7 @@ def test_wrong_number_of_runs_names_the_question() -> None:
     records = make_records()
     records = records[~((records["question_id"] == "q2") & (records["run"] == 3))]
     with pytest.raises(InputError, match=r"'q2'.*3 runs.*expected 4"):
-        per_dataset_metrics(records)
+        per_dataset_metrics(records, runs=EVAL.runs)
     assert len(per_dataset_metrics(make_records(), runs=4)) == 4
     with pytest.raises(InputError, match="expected 5"):
         per_dataset_metrics(make_records(), runs=5)
@@ -118,25 +119,25 @@ def test_repeated_run_and_split_dataset_are_rejected() -> None:
     records = make_records()
     records.loc[records.index[1], "run"] = 0
     with pytest.raises(InputError, match="'run'"):
-        per_dataset_metrics(records)
+        per_dataset_metrics(records, runs=EVAL.runs)
     records = make_records()
     records.loc[records.index[0], "dataset"] = "popqa"
     with pytest.raises(InputError, match="'dataset'"):
-        per_dataset_metrics(records)
+        per_dataset_metrics(records, runs=EVAL.runs)
 
 
 def test_correctness_must_be_boolean() -> None:
     records = make_records()
     records["strict_correct"] = records["strict_correct"].astype(int) * 2
     with pytest.raises(InputError, match="strict_correct"):
-        per_dataset_metrics(records)
+        per_dataset_metrics(records, runs=EVAL.runs)
     records = make_records()
     records["strict_correct"] = records["strict_correct"].astype(int)  # 0/1 is fine
-    assert row(per_dataset_metrics(records), system="opd", dataset="bamboogle")["avg@4"] == 50
+    assert row(per_dataset_metrics(records, runs=EVAL.runs), system="opd", dataset="bamboogle")["avg@4"] == 50
 
 
 def test_per_question_scores() -> None:
-    scores = per_question_scores(make_records())
+    scores = per_question_scores(make_records(), runs=EVAL.runs)
     q2 = row(scores, system="opd", question_id="q2")
     assert q2["score"] == 0.25 and q2["any_correct"] and not q2["all_correct"]
 
@@ -173,7 +174,7 @@ def test_behaviour_by_hand() -> None:
     records.loc[opd & (records["question_id"] == "q3"), "has_subtask_and_report"] = False
     records.loc[opd & (records["run"] == 0), "forced_answer"] = True
 
-    table = behaviour(records)
+    table = behaviour(records, runs=EVAL.runs)
     got = row(table, system="opd")
     assert got["n_workflows"] == 16
     assert got["no_search_share"] == pytest.approx(100 * 4 / 16)

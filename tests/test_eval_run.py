@@ -8,15 +8,15 @@ import re
 import pandas as pd
 import pytest
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.workflows import tick_seed
+from pipeline.errors import InputError
 from pipeline.eval.run import evaluate_system, shard_path, shard_seed
 from pipeline.eval.scoring import RECORD_COLUMNS, run_of
-from pipeline.io import InputError
+from tests.configs import workflow_cfg
 from tests.fakes import FakeBackend, FakeRetriever, TeamScript, field_of, make_questions, role_of
 
-CFG = WorkflowConfig(n_candidates=1, leader_max_new_tokens=400, searcher_max_new_tokens=300,
-                     answerer_max_new_tokens=100)
+CFG = workflow_cfg(n_candidates=1, leader_max_new_tokens=400, searcher_max_new_tokens=300,
+                   answerer_max_new_tokens=100)
 CONTRACT = ["system", "question_id", "dataset", "run", "strict_answer", "flexible_answer", "strict_correct",
             "flexible_correct", "format_failure", "search_actions", "input_tokens", "output_tokens",
             "has_subtask_and_report", "has_final_answer", "forced_answer", "golden_answers",
@@ -142,7 +142,7 @@ def test_a_damaged_shard_is_recomputed(tmp_path):
 def test_bad_input_raises_input_error(tmp_path):
     with pytest.raises(InputError, match="candidate"):
         evaluate_system(make_questions(2), FakeBackend(Script()), FakeRetriever(),
-                        WorkflowConfig(n_candidates=5), 4, 2, tmp_path, 0, system="x", workflow="hierarchy")
+                        workflow_cfg(n_candidates=5), 4, 2, tmp_path, 0, system="x", workflow="hierarchy")
     with pytest.raises(InputError, match="golden_answers"):
         bad = [{"question_id": "q", "question": "?", "golden_answers": "paris", "dataset": "nq"}]
         evaluate_system(bad, FakeBackend(Script()), FakeRetriever(), CFG, 4, 2, tmp_path, 0,
@@ -170,8 +170,8 @@ def test_evaluate_stage_writes_records_and_one_mlflow_run(tmp_path, monkeypatch,
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"weights")
-    monkeypatch.setattr(eval_stages, "load_backend", lambda path: FakeBackend(Script()))
-    monkeypatch.setattr(eval_stages, "load_retriever", lambda path: FakeRetriever())
+    monkeypatch.setattr(eval_stages, "open_eval_backend", lambda path: FakeBackend(Script()))
+    monkeypatch.setattr(eval_stages, "open_retriever", lambda root: FakeRetriever())
 
     summary = STAGES["evaluate"](params, root, "c_mas_base")
     records = pd.read_parquet(root / "data" / "eval" / "c_mas_base" / "records.parquet")

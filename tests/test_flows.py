@@ -12,16 +12,22 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
-
 from prefect.client.schemas.schedules import CronSchedule
 
 from flows.deploy import DEPLOYMENTS, deployments
 from flows.dvc_graph import pool_for, select, stage_graph, upstream_of, waves
 from flows.stages import paper_flow, retry_if_transient
-from flows.workspaces import (RunLayout, StageFailed, dvc_executable, is_transient, merge_lock_entry,
-                              repro_status, run_stage)
+from flows.workspaces import (
+    RunLayout,
+    StageFailed,
+    dvc_executable,
+    is_transient,
+    merge_lock_entry,
+    repro_status,
+    run_stage,
+)
+from pipeline.repo_copy import copy_repo
 from pipeline.systems import SYSTEMS
-from pipeline.workspace import copy_repo
 
 from .conftest import REPO_ROOT
 

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from pipeline.cli import main as cli_main
-from pipeline.io import ValidationFailed
+from pipeline.errors import ValidationFailed
+from pipeline.paths import Paths
 from pipeline.retrieval.retriever import DenseRetriever
 from pipeline.stages.data_stages import run_index, run_splits, run_validate_splits
-from pipeline.stages.paths import Paths
 
 from .conftest import REPO_ROOT, build_ci_data
 

@@ -11,14 +11,14 @@ import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from pipeline.io import InputError
+from pipeline.basemodel.tiny_model import build_tiny_qwen3
+from pipeline.basemodel.tokenizer import train_bpe_tokenizer
+from pipeline.errors import InputError
 from pipeline.policy.base import PolicyBackend, SamplingParams
-from pipeline.policy.hf_backend import HFBackend
+from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
-from pipeline.policy.sampling import sample_next_tokens
+from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.sglang_backend import SGLangBackend, SGLangError
-from pipeline.policy.tiny_model import build_tiny_qwen3, save_hf_folder
-from pipeline.policy.tokenizer import train_bpe_tokenizer
 from tests.fake_sglang import FakeSGLangState, serve_state
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)

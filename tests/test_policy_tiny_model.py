@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import random
+import sys
 
 import pytest
 import torch
@@ -13,11 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.io import InputError
+from pipeline.basemodel.lm_training import encode_examples, pretrain_lm, supervised_finetune
+from pipeline.basemodel.tiny_model import build_tiny_qwen3, count_parameters
+from pipeline.basemodel.tokenizer import EOS_TOKEN, PAD_TOKEN, PROTOCOL_TAGS, train_bpe_tokenizer
+from pipeline.errors import InputError
 from pipeline.policy.encoding import encode_prompt_ids
-from pipeline.policy.lm_training import encode_examples, pretrain_lm, supervised_finetune
-from pipeline.policy.tiny_model import build_tiny_qwen3, count_parameters, save_hf_folder
-from pipeline.policy.tokenizer import EOS_TOKEN, PAD_TOKEN, PROTOCOL_TAGS, train_bpe_tokenizer
+from pipeline.policy.hf_backend import save_hf_folder
 
 SYLLABLES = ["ka", "lo", "mi", "ra", "tu", "ne", "so", "vi", "da", "pe"]
 
@@ -199,7 +200,7 @@ def test_sft_memorises_a_completion(tokenizer):
 
 def test_right_padding_needs_no_attention_mask(tokenizer):
     """SFT passes no attention mask: the labelled positions' loss must not depend on it."""
-    from pipeline.policy.lm_training import _causal_lm_loss
+    from pipeline.basemodel.lm_training import _causal_lm_loss
 
     model = small_model(tokenizer).eval()
     rows = [list(range(5, 25)), list(range(30, 41))]  # 20 and 11 tokens, right-padded to 32
@@ -257,7 +258,7 @@ def test_encode_examples_truncates_prompt_from_left_and_keeps_id_pairs(tokenizer
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resident memory read from /proc (Linux)")
 def test_trim_heap_returns_freed_memory_to_the_os():
-    from pipeline.policy.memory import trim_heap
+    from pipeline.basemodel.memory import trim_heap
 
     def resident_mb() -> float:
         with open("/proc/self/statm") as f:

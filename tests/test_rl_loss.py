@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.rl.loss import minibatches, policy_loss
+from tests.configs import OPTIM
+
+CLIP = dict(clip_ratio=OPTIM.clip_ratio, clip_ratio_c=OPTIM.clip_ratio_c)  # 0.2 and 3 (SPEC 6)
 
 # per token: (ratio new/old, advantage); clip 0.2, dual clip c = 3
 CASES = [
@@ -38,7 +41,7 @@ def batch(extra_masked: bool = True):
 
 def test_ppo_loss_on_a_hand_case_with_clipping_and_dual_clip():
     new, old, adv, mask, entropy = batch()
-    loss, metrics = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.01)
+    loss, metrics = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.01, **CLIP)
     per_token = [hand_token_loss(r, a) for r, a in CASES]
     assert per_token == pytest.approx([-2.2, -1.2, 0.8, 3.0])
     pg = sum(per_token) / 4  # token mean over loss tokens only: the masked 5th token is ignored
@@ -54,7 +57,7 @@ def test_ppo_loss_on_a_hand_case_with_clipping_and_dual_clip():
 def test_loss_has_gradient_only_where_the_ratio_is_not_clipped():
     new, old, adv, mask, entropy = batch()
     new = new.clone().requires_grad_(True)
-    loss, _ = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.0)
+    loss, _ = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.0, **CLIP)
     loss.backward()
     # d/dlogp of -A * exp(logp - old) / 4 = -A * r / 4 on the unclipped token; clipped tokens: 0
     assert new.grad[0].tolist() == pytest.approx([-2.0 * 1.1 / 4, 0.0, 0.0, 0.0, 0.0])
@@ -62,26 +65,26 @@ def test_loss_has_gradient_only_where_the_ratio_is_not_clipped():
 
 def test_wider_clip_changes_the_answer():
     new, old, adv, mask, entropy = batch()
-    _, metrics = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.0, clip_ratio=0.6)
+    _, metrics = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.0, clip_ratio=0.6, clip_ratio_c=OPTIM.clip_ratio_c)
     per_token = [hand_token_loss(r, a, clip=0.6) for r, a in CASES]
     assert metrics["pg_loss"] == pytest.approx(sum(per_token) / 4)
 
 
 def test_zero_advantage_gives_zero_policy_loss_and_empty_mask_raises():
     new, old, adv, mask, entropy = batch()
-    _, metrics = policy_loss(new, old, torch.zeros_like(adv), mask, entropy, entropy_coef=0.0)
+    _, metrics = policy_loss(new, old, torch.zeros_like(adv), mask, entropy, entropy_coef=0.0, **CLIP)
     assert metrics["pg_loss"] == 0.0
     with pytest.raises(InputError, match="loss_mask"):
-        policy_loss(new, old, adv, torch.zeros_like(mask), entropy, entropy_coef=0.0)
+        policy_loss(new, old, adv, torch.zeros_like(mask), entropy, entropy_coef=0.0, **CLIP)
 
 
 def test_minibatches_partition_the_batch_in_five():
-    parts = minibatches(23, seed=7)
+    parts = minibatches(23, OPTIM.n_minibatches, seed=7)
     assert len(parts) == 5
     joined = np.concatenate(parts)
     assert sorted(joined.tolist()) == list(range(23))
     assert {len(p) for p in parts} == {4, 5}
-    assert all(np.array_equal(a, b) for a, b in zip(parts, minibatches(23, seed=7)))
-    assert not all(np.array_equal(a, b) for a, b in zip(parts, minibatches(23, seed=8)))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, minibatches(23, OPTIM.n_minibatches, seed=7)))
+    assert not all(np.array_equal(a, b) for a, b in zip(parts, minibatches(23, OPTIM.n_minibatches, seed=8)))
     with pytest.raises(InputError, match="n_samples"):
-        minibatches(3)
+        minibatches(3, OPTIM.n_minibatches, seed=0)

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.tiny_model import save_hf_folder
+from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.rl.trainer import TrainInputs, TrainResult, train
 from tests.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, questions, tiny_config, tiny_model, tiny_tokenizer

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.rl.rewards import (
     answerer_correctness,
     answerer_reward,
@@ -20,6 +20,7 @@ from pipeline.rl.rewards import (
     searcher_stage1_reward,
     team_outcome,
 )
+from tests.configs import REWARDS
 
 
 def srow(sample_id: str, role: str, traj: str = "q1/t0", **kw) -> dict:
@@ -99,7 +100,7 @@ def test_stage1_searcher_reward_and_malformed():
         srow("c", "searcher", "q1/t2", n_search=4, reported=True, r_em=1.0, malformed=True, workflow="cascade"),
         srow("d", "answerer", "q1/t0", r_em=1.0, workflow="cascade"),
     ])
-    out = searcher_stage1_reward(s)
+    out = searcher_stage1_reward(s, REWARDS)
     assert out["reward"].iloc[0] == pytest.approx(0.9 * 1 + 0.1 * 0.5)
     assert out["reward"].iloc[1] == pytest.approx(0.9 * 0 + 0.1 * 1.0)
     assert out["reward"].iloc[2] == -1.0
@@ -114,7 +115,7 @@ def test_leader_reward_caps_c_tool_and_any_malformed_call_gives_minus_one():
         srow("c0", "leader", "q1/t2", c_tool=2, r_em=1.0),
         srow("c1", "leader", "q1/t2", c_tool=2, r_em=1.0, malformed=True),
     ])
-    out = leader_reward(s)["reward"].tolist()
+    out = leader_reward(s, REWARDS)["reward"].tolist()
     assert out[0] == out[1] == pytest.approx(0.9 + 0.1 * 1.0)
     assert out[2] == pytest.approx(0.1 * 3 / 6)
     assert out[3] == out[4] == -1.0
@@ -123,7 +124,7 @@ def test_leader_reward_caps_c_tool_and_any_malformed_call_gives_minus_one():
 def test_answerer_reward_is_correctness_or_minus_one():
     s = answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris"), cand("q1/t0", 1, "Lyon"),
                                            cand("q1/t0", 2, "Paris", malformed=True)]))
-    assert answerer_reward(s)["reward"].tolist() == [1.0, 0.0, -1.0]
+    assert answerer_reward(s, REWARDS)["reward"].tolist() == [1.0, 0.0, -1.0]
 
 
 def test_prompted_critic_searcher_reward():
@@ -132,9 +133,9 @@ def test_prompted_critic_searcher_reward():
         srow("b", "searcher", r_em=0.0, judge_score=10.0),
         srow("c", "searcher", r_em=1.0, judge_score=np.nan, malformed=True),
     ])
-    assert prompted_critic_searcher_reward(s)["reward"].tolist() == pytest.approx([0.5 + 0.5 * 0.7, 0.5, -1.0])
+    assert prompted_critic_searcher_reward(s, REWARDS)["reward"].tolist() == pytest.approx([0.5 + 0.5 * 0.7, 0.5, -1.0])
     with pytest.raises(InputError, match="judge_score"):
-        prompted_critic_searcher_reward(s.assign(malformed=False))
+        prompted_critic_searcher_reward(s.assign(malformed=False), REWARDS)
 
 
 def _kl_case() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -166,20 +167,20 @@ def test_kl_in_reward_sums_loss_tokens_and_leader_trajectory(coef):
 def test_kl_in_reward_without_teacher_is_a_no_op_or_an_error_when_required():
     s, t = _kl_case()
     t = t.assign(teacher_logp=np.nan)
-    out = kl_in_reward(s, t)
+    out = kl_in_reward(s, t, 1e-3)
     assert out["reward"].tolist()[:3] == [0.5, 0.5, 1.0] and out["kl_to_teacher"].isna().all()
     with pytest.raises(InputError, match="teacher_logp"):
-        kl_in_reward(s, t, require_teacher=True)
+        kl_in_reward(s, t, 1e-3, require_teacher=True)
 
 
 def test_kl_in_reward_rejects_partial_teacher_scores_and_double_application():
     s, t = _kl_case()
     t.loc[(t["sample_id"] == "A0") & (t["pos"] == 0), "teacher_logp"] = np.nan
     with pytest.raises(InputError, match="teacher_logp"):
-        kl_in_reward(s, t)
+        kl_in_reward(s, t, 1e-3)
     s, t = _kl_case()
     with pytest.raises(InputError, match="kl_to_teacher"):
-        kl_in_reward(kl_in_reward(s, t), t)
+        kl_in_reward(kl_in_reward(s, t, 1e-3), t, 1e-3)
 
 
 def _hierarchy_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -197,7 +198,7 @@ def _hierarchy_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_compute_rewards_opd_mode():
     s, t = _hierarchy_batch()
-    out = compute_rewards(s, t, "opd").set_index("sample_id")
+    out = compute_rewards(s, t, "opd", REWARDS).set_index("sample_id")
     assert out.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * (-1.0 + 1.2))
     assert out.loc["q1/t0/c9/k0", "reward"] == pytest.approx(1.0 - 1e-3 * (-0.3 + 0.1))
     assert out.loc["q1/t0/c9/k1", "reward"] == pytest.approx(0.0 - 1e-3 * (-0.3 + 0.9))
@@ -207,12 +208,16 @@ def test_compute_rewards_opd_mode():
 
 def test_compute_rewards_prompted_critic_and_outcome_rl_modes():
     s, t = _hierarchy_batch()
-    critic = compute_rewards(s, t, "prompted_critic").set_index("sample_id")
+    critic = compute_rewards(s, t, "prompted_critic", REWARDS).set_index("sample_id")
     assert critic.loc["q1/t0/c1", "reward"] == pytest.approx(0.5 + 0.5 * 4 / 10)
-    outcome = compute_rewards(s, t.assign(teacher_logp=np.nan), "outcome_rl_searcher").set_index("sample_id")
+    assert math.isnan(critic.loc["q1/t0/c0", "kl_to_teacher"])  # no Teacher -> no KL term
+    assert critic.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6)
+    outcome = compute_rewards(s, t, "outcome_rl_searcher", REWARDS).set_index("sample_id")
     assert outcome.loc["q1/t0/c1", "reward"] == 1.0
-    assert outcome.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6)  # no Teacher -> no KL
+    assert outcome.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * (-1.0 + 1.2))
     assert math.isnan(outcome.loc["q1/t0/c1", "judge_score"])
+    with pytest.raises(InputError, match="teacher_logp"):  # a mode with a Teacher needs its scores
+        compute_rewards(s, t.assign(teacher_logp=np.nan), "outcome_rl_searcher", REWARDS)
 
 
 def test_compute_rewards_stage1_has_no_kl_and_checks_the_workflow():
@@ -221,24 +226,84 @@ def test_compute_rewards_stage1_has_no_kl_and_checks_the_workflow():
         cand("q1/t0", 0, "Paris", workflow="cascade"),
     ])
     t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-3.0], [1]) + trows("q1/t0/c9/k0", "answerer", [-1.0], [-3.0], [1]))
-    out = compute_rewards(s, t, "stage1")
+    out = compute_rewards(s, t, "stage1", REWARDS)
     assert out["reward"].tolist() == pytest.approx([0.9 + 0.05, 1.0])
     assert out["kl_to_teacher"].isna().all()
     with pytest.raises(InputError, match="workflow"):
-        compute_rewards(s, t, "opd")
+        compute_rewards(s, t, "opd", REWARDS)
     with pytest.raises(InputError, match="mode"):
-        compute_rewards(s, t, "grpo")
+        compute_rewards(s, t, "grpo", REWARDS)
     with pytest.raises(InputError, match="golden_answers"):
-        compute_rewards(s.drop(columns="golden_answers"), t, "stage1")
+        compute_rewards(s.drop(columns="golden_answers"), t, "stage1", REWARDS)
 
 
 def test_compute_rewards_opd_requires_the_teacher():
     s, t = _hierarchy_batch()
     with pytest.raises(InputError, match="teacher_logp"):
-        compute_rewards(s, t.assign(teacher_logp=np.nan), "opd")
+        compute_rewards(s, t.assign(teacher_logp=np.nan), "opd", REWARDS)
 
 
 def test_leader_reward_rejects_c_tool_that_varies_inside_a_trajectory():
     s = pd.DataFrame([srow("a0", "leader", "q1/t0", c_tool=1, r_em=1.0), srow("a1", "leader", "q1/t0", c_tool=2, r_em=1.0)])
     with pytest.raises(InputError, match="c_tool"):
-        leader_reward(s)
+        leader_reward(s, REWARDS)
+
+
+# ---- every reward number comes from params.yaml ---------------------------------------------------
+
+
+def _stage1_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
+    s = pd.DataFrame([
+        srow("q1/t0/c0", "searcher", n_search=1, reported=True, workflow="cascade"),
+        srow("q1/t1/c0", "searcher", "q1/t1", n_search=1, reported=True, malformed=True, workflow="cascade"),
+        cand("q1/t0", 0, "Paris", workflow="cascade"), cand("q1/t1", 0, "Rome", workflow="cascade"),
+    ])
+    t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-1.0], [1]) + trows("q1/t1/c0", "searcher", [-1.0], [-1.0], [1])
+                     + trows("q1/t0/c9/k0", "answerer", [-1.0], [-1.0], [1]) + trows("q1/t1/c9/k0", "answerer", [-1.0], [-1.0], [1]))
+    return s, t
+
+
+def _kl(s: pd.DataFrame, t: pd.DataFrame, sample_id: str) -> float:
+    """old - teacher summed over the sample's loss tokens."""
+    tok = t[(t["sample_id"] == sample_id) & (t["loss_mask"] == 1)]
+    return float((tok["old_logp"] - tok["teacher_logp"]).sum())
+
+
+def _expected(w, field: str) -> tuple[str, str, float]:
+    """(mode, sample_id, expected reward) that shows `field` of the weights `w` at work."""
+    s, t = _hierarchy_batch()
+    answerer_kl = _kl(s, t, "q1/t0/c9/k0")
+    leader = w.leader_em_weight * 1.0 + w.assign_weight * min(2, w.c_tool_cap) / w.c_tool_cap
+    return {
+        "searcher_em_weight": ("stage1", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
+        "behaviour_weight": ("stage1", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
+        "malformed_reward": ("stage1", "q1/t1/c0", w.malformed_reward),
+        "leader_em_weight": ("prompted_critic", "q1/t0/c0", leader),
+        "assign_weight": ("prompted_critic", "q1/t0/c0", leader),
+        "c_tool_cap": ("prompted_critic", "q1/t0/c0", leader),
+        "critic_em_weight": ("prompted_critic", "q1/t0/c1",
+                             w.critic_em_weight * 1.0 + (1 - w.critic_em_weight) * 4.0 / 10),
+        "kl_coef": ("opd", "q1/t0/c9/k0", 1.0 - w.kl_coef * answerer_kl),
+        "opd_beta": ("opd", "q1/t0/c1", w.opd_beta * (-0.5 + 1.0)),  # the Searcher's OPD advantage, first token
+    }[field]
+
+
+@pytest.mark.parametrize("field", list(type(REWARDS).model_fields))
+def test_every_reward_number_is_read_from_the_params(field):
+    """Change one number of common.rewards: the reward (or OPD advantage) moves exactly as the formula says."""
+    from pipeline.rl.advantages import compute_advantages
+
+    current = getattr(REWARDS, field)
+    bumped = REWARDS.model_copy(update={field: (current + 1 if isinstance(current, int) else current * 0.5 + 0.01)
+                                        if field != "c_tool_cap" else 1})
+    for weights in (REWARDS, bumped):
+        mode, sample_id, expected = _expected(weights, field)
+        s, t = _stage1_batch() if mode == "stage1" else _hierarchy_batch()
+        out = compute_rewards(s, t, mode, weights)
+        if field == "opd_beta":
+            got = compute_advantages(out, t, mode, weights.opd_beta)
+            value = got.loc[(got["sample_id"] == sample_id) & (got["pos"] == 0), "advantage"].iloc[0]
+        else:
+            value = out.set_index("sample_id").loc[sample_id, "reward"]
+        assert value == pytest.approx(expected, abs=1e-12), (field, weights)
+    assert _expected(bumped, field)[2] != pytest.approx(_expected(REWARDS, field)[2])

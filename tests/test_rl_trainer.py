@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -20,16 +21,16 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.prompts import load_prompts
+from pipeline.basemodel.tiny_model import build_tiny_qwen3
+from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.base import Generation, SamplingParams
-from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.tiny_model import build_tiny_qwen3, save_hf_folder
-from pipeline.policy.tokenizer import train_bpe_tokenizer
+from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.rl.train_params import TrainConfig
 from pipeline.rl.trainer import TrainInputs, train
+from tests.configs import OPTIM, REWARDS, workflow_cfg
 from tests.fakes import DEFAULT_PASSAGES, FakeRetriever, TeamScript
 
 # --------------------------------------------------------------------------- shared helpers
@@ -92,16 +93,13 @@ def questions(n: int, prefix: str = "q") -> pd.DataFrame:
 
 
 def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
-    rollout = WorkflowConfig(
-        cascade_steps=5, hierarchy_steps=12, max_waves=5, max_parallel=3, top_k=2, n_candidates=3,
-        max_searcher_turns=3, leader_max_new_tokens=64, searcher_max_new_tokens=48,
-        answerer_max_new_tokens=16,
-    )
+    rollout = workflow_cfg(top_k=2, n_candidates=3, max_searcher_turns=3, leader_max_new_tokens=64,
+                           searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     values = dict(
         mode=mode, steps=steps, seed=7, questions_per_batch=2, trajectories_per_question=2, lr=1e-3,
         entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
-        judge_max_new_tokens=8, rollout=rollout,
-        dev_rollout=WorkflowConfig(**{**rollout.__dict__, "n_candidates": 1}), n_minibatches=3,
+        judge_max_new_tokens=8, rollout=rollout, dev_rollout=replace(rollout, n_candidates=1),
+        optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS,
     )
     values.update(overrides)
     return TrainConfig(**values)
@@ -230,7 +228,7 @@ def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypat
         loaded = HFBackend(path)
         return ScriptedHFBackend(loaded.model, loaded.tokenizer)
 
-    monkeypatch.setattr(train_stages, "open_backend", scripted)
+    monkeypatch.setattr(train_stages, "open_policy", scripted)
     save_hf_folder(tiny_model(tokenizer, 0), tokenizer, tmp_path / "data" / "models" / "base")
     save_hf_folder(tiny_model(tokenizer, 1), tokenizer, tmp_path / "data" / "models" / "teacher")
     (tmp_path / "data" / "splits").mkdir(parents=True)
@@ -280,7 +278,7 @@ def test_step_time_tiny_profile_sizes(tokenizer, capsys, key, scripted):
 
 def test_ablation_stage_rejects_an_unknown_item(tmp_path):
     from pipeline.config import load_params
-    from pipeline.io import InputError
+    from pipeline.errors import InputError
     from pipeline.stages import STAGES
 
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")

@@ -12,14 +12,14 @@ import torch
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from pipeline.io import InputError
+from pipeline.basemodel.tiny_model import build_tiny_qwen3
+from pipeline.basemodel.tokenizer import train_bpe_tokenizer
+from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
-from pipeline.policy.hf_backend import HFBackend
+from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.policy.model_ref import write_model_ref
 from pipeline.policy.sglang_backend import RetryPolicy, SGLangBackend, SGLangError
-from pipeline.policy.tiny_model import build_tiny_qwen3, save_hf_folder
-from pipeline.policy.tokenizer import train_bpe_tokenizer
-from pipeline.stages import eval_stages
+from pipeline.stages import inputs as stage_inputs
 from tests.fake_sglang import FakeSGLangState, free_port, serve_app, serve_state
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
@@ -223,20 +223,20 @@ def test_ensure_weights_switches_only_when_another_folder_is_served(folders, ste
 
 
 # -- evaluation's backend --------------------------------------------------------------------------
-def test_load_backend_uses_sglang_when_the_url_is_set(folders, step1, prompts, monkeypatch):
+def test_open_eval_backend_uses_sglang_when_the_url_is_set(folders, step1, prompts, monkeypatch):
     first, second = folders
-    monkeypatch.delenv(eval_stages.SGLANG_URL_ENV, raising=False)
-    assert isinstance(eval_stages.load_backend(first), HFBackend)
+    monkeypatch.delenv(stage_inputs.SGLANG_URL_ENV, raising=False)
+    assert isinstance(stage_inputs.open_eval_backend(first), HFBackend)
     state = FakeSGLangState(HFBackend(first), model_path=str(first))
     with serve_state(state) as url:
-        monkeypatch.setenv(eval_stages.SGLANG_URL_ENV, url)
-        backend = eval_stages.load_backend(second)
+        monkeypatch.setenv(stage_inputs.SGLANG_URL_ENV, url)
+        backend = stage_inputs.open_eval_backend(second)
         assert isinstance(backend, SGLangBackend) and backend.url == url
         assert greedy_ids(backend, prompts) == greedy_ids(HFBackend(second), prompts)
     assert state.model_path == str(second)
 
 
-def test_load_backend_names_a_missing_model_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv(eval_stages.SGLANG_URL_ENV, "http://127.0.0.1:1")
+def test_open_eval_backend_names_a_missing_model_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(stage_inputs.SGLANG_URL_ENV, "http://127.0.0.1:1")
     with pytest.raises(InputError, match="model folder missing"):
-        eval_stages.load_backend(tmp_path / "nothing")
+        stage_inputs.open_eval_backend(tmp_path / "nothing")

@@ -8,18 +8,18 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.records import to_tables
 from pipeline.agents.workflows import run_workflow
+from pipeline.basemodel.lm_training import supervised_finetune
+from pipeline.basemodel.tiny_model import build_tiny_qwen3
+from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.lm_training import supervised_finetune
 from pipeline.policy.sglang_backend import SGLangBackend
-from pipeline.policy.tiny_model import build_tiny_qwen3
-from pipeline.policy.tokenizer import train_bpe_tokenizer
+from tests.configs import workflow_cfg
 from tests.fake_sglang import FakeSGLangState, serve_state
 from tests.fakes import FakeBackend, FakeRetriever, TeamScript
 
-CFG = WorkflowConfig(
+CFG = workflow_cfg(
     cascade_steps=5, hierarchy_steps=8, max_waves=2, max_parallel=2, max_searcher_turns=2, top_k=2,
     n_candidates=2, leader_max_new_tokens=32, searcher_max_new_tokens=16, answerer_max_new_tokens=8,
 )

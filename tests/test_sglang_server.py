@@ -63,7 +63,7 @@ def test_bad_settings_are_refused(field, value, model_dir):
 
 
 def test_a_missing_model_folder_is_named(tmp_path):
-    from pipeline.io import InputError
+    from pipeline.errors import InputError
 
     with pytest.raises(InputError, match="nowhere"):
         build_command(SGLangServerConfig(model_path=str(tmp_path / "nowhere")))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.validate.masks import validate_masks
 
 Segment = tuple[str, str]  # (text, source); one character = one token

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pipeline.data.normalize import normalize_question
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.validate.splits import validate_splits
 
 QUOTAS = {"nq": 2, "bamboogle": 1}

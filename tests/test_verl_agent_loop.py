@@ -35,24 +35,24 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.rollout.replica import TokenOutput
 
 from pipeline.agents import to_tables
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.prompts import load_prompts
 from pipeline.agents.trajectory import Rollout
 from pipeline.agents.workflows import run_workflow
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.sglang_backend import SGLangBackend, entry_seed
 from pipeline.rl.advantages import compute_advantages
-from pipeline.rl.modes import WORKFLOW, trained_roles
+from pipeline.rl.modes import MODES
 from pipeline.rl.rewards import compute_rewards
 from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.verl_agent.advantage import batch_advantages, fields_advantages
+from pipeline.verl_agent.agent_run import TeamSettings, renumber
 from pipeline.verl_agent.loop import AGENT_NAME
 from pipeline.verl_agent.outputs import SAMPLE_KEY, SOURCE_KEY, TEACHER_KEY, Row, fit_lengths, tables_from_outputs
-from pipeline.verl_agent.sampling import PerEntrySeedBackend, trajectory_seed
+from pipeline.verl_agent.seeds import PerEntrySeedBackend, trajectory_seed
 from pipeline.verl_agent.server import ServerError, ServerManagerBackend
-from pipeline.verl_agent.trajectory import TeamSettings, renumber
+from tests.configs import REWARDS, workflow_cfg
 from tests.fake_sglang import serve_backend
 from tests.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, tiny_model, tiny_tokenizer
@@ -65,11 +65,10 @@ FLOATS = ["old_logp", "teacher_logp"]  # NaN-aware exact comparison
 def settings(mode: str, sampled: bool = False, **rollout) -> TeamSettings:
     limits = dict(leader_max_new_tokens=12, searcher_max_new_tokens=10, answerer_max_new_tokens=6) if sampled else \
         dict(leader_max_new_tokens=64, searcher_max_new_tokens=48, answerer_max_new_tokens=16)
-    cfg = WorkflowConfig(**{**dict(cascade_steps=5, hierarchy_steps=12, max_waves=5, max_parallel=3, top_k=2,
-                                   n_candidates=3, max_searcher_turns=3), **limits, **rollout})
+    cfg = workflow_cfg(**{**dict(top_k=2, n_candidates=3, max_searcher_turns=3), **limits, **rollout})
     return TeamSettings(train_key="test", mode=mode, seed=11, rollout=cfg,
-                        dev_rollout=WorkflowConfig(**{**cfg.__dict__, "n_candidates": 1}),
-                        kl_coef=1e-3, opd_beta=0.01, judge_max_new_tokens=8)
+                        dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
+                        rewards=REWARDS, judge_max_new_tokens=8)
 
 
 QUESTIONS = [
@@ -150,10 +149,10 @@ def reference_batch(policy, teacher, team: TeamSettings, n_traj: int) -> tuple[p
             renumber(rollout, k)
             trajectories += rollout.trajectories
     batch = Rollout(team.workflow, team.rollout, 0, load_prompts().version, trajectories)
-    samples, tokens = to_tables(batch, trained_roles(team.mode))
+    samples, tokens = to_tables(batch, MODES[team.mode].trained_roles)
     if team.needs_teacher:
         tokens = score_with_teacher(samples, tokens, teacher)
-    samples = compute_rewards(samples, tokens, team.mode, team.kl_coef)
+    samples = compute_rewards(samples, tokens, team.mode, team.rewards)
     return samples, compute_advantages(samples, tokens, team.mode, team.opd_beta)
 
 
@@ -210,7 +209,7 @@ def test_agent_loop_reproduces_the_in_process_tables(tokenizer, repo_root, mode,
     flat = [o for run in outputs for o in run]
     assert_tables_equal(tables_from_outputs(flat), reference)
     samples = reference[0]
-    assert set(samples["workflow"]) == {WORKFLOW[mode]}
+    assert set(samples["workflow"]) == {MODES[mode].workflow}
     assert set(samples["trajectory_id"]) == {f"q{i}/t{k}" for i in range(2) for k in range(2)}
     if kind == "scripted":
         assert set(samples["role"]) == ({"searcher", "answerer"} if mode == "stage1" else {"leader", "searcher", "answerer"})

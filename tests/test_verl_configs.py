@@ -21,15 +21,17 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 from pipeline.cli import main
 from pipeline.config import load_params
-from pipeline.io import InputError, write_parquet
-from pipeline.rl.train_params import TRAIN_KEYS, train_config
+from pipeline.errors import InputError
+from pipeline.io import write_parquet
+from pipeline.rl.modes import BY_TRAIN_KEY
+from pipeline.rl.train_params import train_config
 from pipeline.verl_agent.agent_file import read_entry, stage_train_config
-from pipeline.verl_agent.configs import CONFIG_DIR, compose_stage, hydra_compose
+from pipeline.verl_agent.agent_run import question_row
 from pipeline.verl_agent.datasets import verl_rows
+from pipeline.verl_agent.hydra_configs import CONFIG_DIR, compose_stage, hydra_compose
 from pipeline.verl_agent.launch import PLUGIN, build_launch, export_command, mismatches, prepare
-from pipeline.verl_agent.trajectory import question_row
 
-KEYS = sorted(TRAIN_KEYS)
+KEYS = sorted(BY_TRAIN_KEY)
 URLS = dict(retriever_url="http://r:8000/retrieve", teacher_url="http://t:30001", judge_url="http://j:30002")
 
 
@@ -62,7 +64,7 @@ def test_stage_config_has_the_paper_numbers(paper, key):
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
     # numbers our code applies inside verl, from params.yaml: 5 minibatch updates, KL 1e-3
-    assert (tc.n_minibatches, tc.kl_coef, tc.opd_beta) == (5, 1e-3, 0.01)
+    assert (tc.optim.n_minibatches, tc.rewards.kl_coef, tc.rewards.opd_beta) == (5, 1e-3, 0.01)
     assert cfg.algorithm.adv_estimator == "multiagent_opd" and not cfg.algorithm.use_kl_in_reward
     assert not cfg.actor_rollout_ref.actor.use_kl_loss
     assert cfg.algorithm.rollout_correction.bypass_mode  # pi_old = the sampling log-probs
@@ -161,10 +163,11 @@ def test_prepare_writes_what_verl_and_our_trainer_read(paper, tmp_path, monkeypa
     cfg = compose_stage("team", [a for a in launch.argv if "=" in a and not a.startswith("--")])
     assert read_entry(cfg)["teacher_url"] == URLS["teacher_url"]
     tc = stage_train_config(cfg)
-    assert (tc.mode, tc.n_minibatches) == ("opd", 5)
+    assert (tc.mode, tc.optim.n_minibatches) == ("opd", 5)
     # verl's RLHFDataset reads our rows, and the agent loop gets its question back
-    from tests.test_rl_trainer import tiny_tokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from tests.test_rl_trainer import tiny_tokenizer
 
     ds = RLHFDataset(data_files=[str(files["dev"])], tokenizer=tiny_tokenizer(), config=cfg.data, processor=None)
     assert len(ds) == min(4, paper.train.shared.dev_questions)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import yaml
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 DEFAULT_PROMPTS_PATH = Path(__file__).with_name("prompts.yaml")
 

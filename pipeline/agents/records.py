@@ -7,7 +7,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pipeline.agents.trajectory import ROLES, Rollout
+from pipeline.agents.trajectory import Rollout
+from pipeline.domain import ROLES
 
 SAMPLE_COLUMNS = [
     "sample_id", "question_id", "trajectory_id", "workflow", "dataset", "role", "call_id",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.prompts import Prompts, ReportLine
 from pipeline.agents.protocol import Answer, AnswerWith, Dispatch, Malformed, action_name, parse_action
 from pipeline.agents.searcher import SearcherAgent
 from pipeline.agents.trajectory import Call, Segment, Trajectory
+from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.policy.base import Generation, PolicyBackend
 
 

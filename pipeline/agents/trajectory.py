@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipeline.agents.config import WorkflowConfig
+    from pipeline.agents.workflow_config import WorkflowConfig
 
-ROLES = ("leader", "searcher", "answerer")
-WORKFLOWS = ("cascade", "hierarchy")
 
 
 @dataclass

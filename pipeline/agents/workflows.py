@@ -40,12 +40,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.prompts import Prompts, load_prompts
 from pipeline.agents.protocol import STOP_TAGS
 from pipeline.agents.team import ModelRequest, Team
 from pipeline.agents.trajectory import Rollout, Trajectory
-from pipeline.io import InputError
+from pipeline.agents.workflow_config import WorkflowConfig
+from pipeline.errors import InputError
 from pipeline.policy.base import Generation, PolicyBackend, SamplingParams
 from pipeline.retrieval.base import Retriever
 

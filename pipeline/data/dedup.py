@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.data.normalize import normalize_question
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 REQUIRED_COLUMNS = ["dataset", "split", "id", "question", "golden_answers"]
 OUTPUT_COLUMNS = ["dataset", "split", "id", "question", "golden_answers", "norm_question"]

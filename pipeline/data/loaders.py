@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 from tqdm import tqdm
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 QA_COLUMNS = ["dataset", "split", "id", "question", "golden_answers", "source_id"]
 CORPUS_COLUMNS = ["id", "title", "text", "contents"]

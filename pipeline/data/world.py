@@ -20,8 +20,9 @@ import pandas as pd
 from pipeline.data.world_duplicates import plant_duplicates
 from pipeline.data.world_entities import KnowledgeBase, build_kb
 from pipeline.data.world_passages import build_passages
-from pipeline.data.world_questions import DATASETS, QuestionMaker, hops_json, make_pool
-from pipeline.io import InputError
+from pipeline.data.world_questions import QuestionMaker, hops_json, make_pool
+from pipeline.domain import DATASETS
+from pipeline.errors import InputError
 
 QUESTION_COLUMNS = ["dataset", "split", "id", "question", "golden_answers", "family", "hops", "planted"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.data.world_names import Date, WordPool, unique_pairs
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 OCCUPATIONS = (
     "actor", "singer", "painter", "writer", "director", "poet",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 ONSETS = ("b", "d", "k", "l", "m", "n", "p", "r", "s", "t", "v")
 VOWELS = ("a", "e", "i", "o", "u")

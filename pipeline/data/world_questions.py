@@ -20,9 +20,8 @@ from tqdm import tqdm
 from pipeline.data.normalize import normalize_question
 from pipeline.data.world_entities import KnowledgeBase
 from pipeline.data.world_relations import BY_KEY, LOOPS, RELATIONS, Relation, aliases, count, name, order_key, value
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
-DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle")
 MAX_REJECTS_PER_QUESTION = 30
 
 

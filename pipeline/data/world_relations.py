@@ -14,8 +14,6 @@ from typing import Any
 from pipeline.data.world_entities import KnowledgeBase
 from pipeline.data.world_names import Date
 
-ENTITY_TYPES = ("person", "film", "book", "city", "country", "company")
-
 
 @dataclass(frozen=True)
 class Relation:

@@ -17,12 +17,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.eval.records import RUNS, as_bool, per_question_scores, require_columns
-from pipeline.io import InputError
+from pipeline.errors import InputError
+from pipeline.eval.records import as_bool, per_question_scores, require_columns
 
-DRAWS = 4000
-SEED = 20260912
-LEVEL = 0.95
 
 
 def score_matrix(
@@ -107,9 +104,10 @@ def paired_bootstrap_many(
     per_question: pd.DataFrame,
     target: str,
     baselines: Sequence[str] | None = None,
-    draws: int = DRAWS,
-    seed: int = SEED,
-    level: float = LEVEL,
+    *,
+    draws: int,
+    seed: int,
+    level: float,
 ) -> pd.DataFrame:
     """Gap target - baseline for every baseline (default: every other system) with one
     set of draws. Columns: baseline, target, diff, low, high (percentage points)."""
@@ -139,12 +137,13 @@ def paired_bootstrap(
     per_question: pd.DataFrame,
     baseline: str,
     target: str,
-    draws: int = DRAWS,
-    seed: int = SEED,
-    level: float = LEVEL,
+    *,
+    draws: int,
+    seed: int,
+    level: float,
 ) -> dict[str, float]:
     """Gap target - baseline of macro avg@k: {diff, low, high} in percentage points."""
-    row = paired_bootstrap_many(per_question, target, [baseline], draws, seed, level).iloc[0]
+    row = paired_bootstrap_many(per_question, target, [baseline], draws=draws, seed=seed, level=level).iloc[0]
     return {"diff": float(row["diff"]), "low": float(row["low"]), "high": float(row["high"])}
 
 
@@ -152,9 +151,10 @@ def paired_bootstrap_naive(
     per_question: pd.DataFrame,
     baseline: str,
     target: str,
-    draws: int = DRAWS,
-    seed: int = SEED,
-    level: float = LEVEL,
+    *,
+    draws: int,
+    seed: int,
+    level: float,
 ) -> dict[str, float]:
     """Reference loop version of `paired_bootstrap` (same draws for the same seed)."""
     matrix, sizes = score_matrix(per_question, [target, baseline])
@@ -191,10 +191,11 @@ def perfect_repair_gaps(
     target: str,
     baselines: Sequence[str] | None = None,
     correct_col: str = "strict_correct",
-    runs: int = RUNS,
-    draws: int = DRAWS,
-    seed: int = SEED,
-    level: float = LEVEL,
+    *,
+    runs: int,
+    draws: int,
+    seed: int,
+    level: float,
 ) -> pd.DataFrame:
     """Perfect-repair bound: gaps target - baseline as if every format failure of each
     baseline were correct (the target is left as it is). Same columns as
@@ -203,8 +204,8 @@ def perfect_repair_gaps(
     if baselines is None:
         baselines = sorted(s for s in records["system"].unique() if s != target)
     repaired = repaired_records(records, [b for b in baselines if b != target], correct_col)
-    scores = per_question_scores(repaired, correct_col, runs)
-    return paired_bootstrap_many(scores, target, baselines, draws, seed, level)
+    scores = per_question_scores(repaired, correct_col, runs=runs)
+    return paired_bootstrap_many(scores, target, baselines, draws=draws, seed=seed, level=level)
 
 
 def perfect_repair_gap(
@@ -212,13 +213,14 @@ def perfect_repair_gap(
     baseline: str,
     target: str,
     correct_col: str = "strict_correct",
-    runs: int = RUNS,
-    draws: int = DRAWS,
-    seed: int = SEED,
-    level: float = LEVEL,
+    *,
+    runs: int,
+    draws: int,
+    seed: int,
+    level: float,
 ) -> dict[str, float]:
     """Perfect-repair gap target - baseline: {diff, low, high} in percentage points."""
     row = perfect_repair_gaps(
-        records, target, [baseline], correct_col, runs, draws, seed, level
+        records, target, [baseline], correct_col, runs=runs, draws=draws, seed=seed, level=level
     ).iloc[0]
     return {"diff": float(row["diff"]), "low": float(row["low"]), "high": float(row["high"])}

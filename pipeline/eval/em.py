@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pipeline.data.normalize import normalize_answer
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 
 def exact_match(prediction: str | None, golden: Iterable[str]) -> bool:

@@ -1,7 +1,7 @@
 """Accuracy, workload and behaviour metrics from evaluation records (SPEC section 7).
 
 All shares and accuracies are in percent. Column names carry the number of runs
-(`avg@4`, `pass@4`, `all@4` for the default of 4).
+(`avg@4`, `pass@4`, `all@4` for common.eval.runs = 4).
 """
 
 from __future__ import annotations
@@ -10,24 +10,23 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from pipeline.errors import InputError
 from pipeline.eval.records import (
     COUNT_COLUMNS,
-    RUNS,
     as_bool,
     as_count,
     check_runs,
     per_question_scores,
     require_columns,
 )
-from pipeline.io import InputError
 
 
 def per_dataset_metrics(
-    records: pd.DataFrame, correct_col: str = "strict_correct", runs: int = RUNS
+    records: pd.DataFrame, correct_col: str = "strict_correct", *, runs: int
 ) -> pd.DataFrame:
     """Per system and dataset: n_questions, avg@k (mean over questions of the mean over
     the k runs), pass@k (share right at least once), all@k (share right in every run)."""
-    scores = per_question_scores(records, correct_col, runs)
+    scores = per_question_scores(records, correct_col, runs=runs)
     grouped = scores.groupby(["system", "dataset"], sort=True)
     table = grouped.agg(
         n_questions=("question_id", "size"),
@@ -45,7 +44,8 @@ def per_dataset_metrics(
 def macro_metrics(
     records: pd.DataFrame,
     correct_col: str = "strict_correct",
-    runs: int = RUNS,
+    *,
+    runs: int,
     datasets: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Per system: unweighted mean over datasets of avg@k, pass@k, all@k.
@@ -53,7 +53,7 @@ def macro_metrics(
     With `datasets` given, only those count and every system must have all of them
     (the paper: the 7 test datasets); otherwise each system's datasets present count.
     """
-    table = per_dataset_metrics(records, correct_col, runs)
+    table = per_dataset_metrics(records, correct_col, runs=runs)
     if datasets is not None:
         wanted = list(datasets)
         for system, present in table.groupby("system")["dataset"]:
@@ -84,7 +84,7 @@ def workload(records: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def behaviour(records: pd.DataFrame, runs: int = RUNS) -> pd.DataFrame:
+def behaviour(records: pd.DataFrame, *, runs: int) -> pd.DataFrame:
     """Per system, in percent of workflows unless named otherwise.
 
     no_search_share, subtask_and_report_share, final_answer_share, forced_answer_share:

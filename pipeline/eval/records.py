@@ -10,11 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 KEY_COLUMNS = ("system", "question_id", "dataset", "run")
 COUNT_COLUMNS = ("search_actions", "input_tokens", "output_tokens")
-RUNS = 4
 
 
 def require_columns(records: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -46,7 +45,7 @@ def as_count(records: pd.DataFrame, column: str) -> pd.Series:
     return values.astype(float)
 
 
-def check_runs(records: pd.DataFrame, runs: int = RUNS) -> None:
+def check_runs(records: pd.DataFrame, runs: int) -> None:
     """Every (system, question_id) has exactly `runs` rows, distinct runs, one dataset."""
     require_columns(records, KEY_COLUMNS)
     for column in KEY_COLUMNS:
@@ -80,7 +79,7 @@ def check_runs(records: pd.DataFrame, runs: int = RUNS) -> None:
 
 
 def per_question_scores(
-    records: pd.DataFrame, correct_col: str = "strict_correct", runs: int = RUNS
+    records: pd.DataFrame, correct_col: str = "strict_correct", *, runs: int
 ) -> pd.DataFrame:
     """One row per (system, dataset, question_id): `score` = fraction of runs correct,
     `any_correct`, `all_correct`. Sorted by system, dataset, question_id."""

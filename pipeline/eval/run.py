@@ -24,11 +24,11 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from pipeline.agents.config import WorkflowConfig
-from pipeline.agents.records import trajectory_table
+from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.agents.workflows import _question_rows, run_workflow
-from pipeline.eval.scoring import score_trajectories
-from pipeline.io import InputError, write_json, write_parquet
+from pipeline.errors import InputError
+from pipeline.eval.scoring import score_rollout
+from pipeline.io import write_json, write_parquet
 from pipeline.policy.base import PolicyBackend
 from pipeline.retrieval.base import Retriever
 
@@ -122,9 +122,7 @@ def _finished(path: Path, rows: list[dict], runs: int) -> bool:
 def evaluate_shard(rows: list[dict], backend: PolicyBackend, retriever: Retriever, cfg: WorkflowConfig,
                    workflow: str, system: str, runs: int, seed: int) -> pd.DataFrame:
     """One rollout of `runs` trajectories per question, scored into records."""
-    rollout = run_workflow(workflow, rows, backend, retriever, cfg, n_traj=runs, seed=seed)
-    golden = {r["question_id"]: r["golden_answers"] for r in rows}
-    return score_trajectories(trajectory_table(rollout), golden, system)
+    return score_rollout(run_workflow(workflow, rows, backend, retriever, cfg, n_traj=runs, seed=seed), system)
 
 
 def evaluate_system(

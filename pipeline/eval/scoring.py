@@ -12,9 +12,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from pipeline.agents.records import trajectory_table
+from pipeline.agents.trajectory import Rollout
+from pipeline.errors import InputError
 from pipeline.eval.em import exact_match
 from pipeline.eval.extraction import flexible_answer, strict_answer
-from pipeline.io import InputError
 
 RECORD_COLUMNS = [
     "system", "question_id", "dataset", "run", "strict_answer", "flexible_answer",
@@ -69,3 +71,9 @@ def score_trajectories(
     for column in _INT_COLUMNS:
         records[column] = records[column].astype(np.int64)
     return records
+
+
+def score_rollout(rollout: Rollout, system: str = "") -> pd.DataFrame:
+    """Evaluation records of every trajectory of a rollout, scored against its questions' gold."""
+    golden = {t.question_id: t.golden_answers for t in rollout.trajectories}
+    return score_trajectories(trajectory_table(rollout), golden, system)

@@ -7,7 +7,7 @@ Training re-uses exactly these ids; nothing is re-tokenised from decoded text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 

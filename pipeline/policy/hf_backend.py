@@ -15,11 +15,12 @@ from typing import Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
+from pipeline.io import atomic_dir
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText, truncate_left
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
-from pipeline.policy.sampling import sample_next_tokens
+from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.stopping import StopStringChecker
 
 
@@ -36,6 +37,16 @@ def load_local_model(
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model, tokenizer
+
+
+def save_hf_folder(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike
+) -> Path:
+    """Write a standard HF folder (config.json, model.safetensors, tokenizer files) atomically."""
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return Path(out_dir)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:

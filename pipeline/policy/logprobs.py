@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 
 @dataclass

@@ -14,7 +14,8 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.io import InputError, atomic_dir
+from pipeline.errors import InputError
+from pipeline.io import atomic_dir
 
 MODEL_REF = "model_ref.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import httpx
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText
 

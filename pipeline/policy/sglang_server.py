@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Sequence
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.policy.sglang_backend import SGLangError
 
 

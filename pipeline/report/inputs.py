@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from pipeline.errors import InputError
 from pipeline.eval.records import require_columns
-from pipeline.io import InputError
-from pipeline.systems import SYSTEMS, eval_dir, model_dir
+from pipeline.paths import eval_dir, model_dir
+from pipeline.systems import SYSTEMS
 
 RECORD_COLUMNS = (
     "system", "question_id", "dataset", "run", "strict_correct", "flexible_correct",

@@ -52,9 +52,9 @@ def compute_results(records: pd.DataFrame, present: list[str], missing: list[str
         blank = pd.DataFrame(columns=["system"])
         return Results(present, missing, target, runs, blank, blank, blank, blank, blank, empty, empty,
                        ["No system has evaluation records yet."])
-    per_dataset = per_dataset_metrics(records, "strict_correct", runs)
-    macro = macro_metrics(records, "strict_correct", runs)
-    flexible = macro_metrics(records, "flexible_correct", runs)
+    per_dataset = per_dataset_metrics(records, "strict_correct", runs=runs)
+    macro = macro_metrics(records, "strict_correct", runs=runs)
+    flexible = macro_metrics(records, "flexible_correct", runs=runs)
     gaps = repair = empty
     others = [s for s in present if s != target]
     if target not in present:
@@ -69,11 +69,12 @@ def compute_results(records: pd.DataFrame, present: list[str], missing: list[str
                          f"than {target}.")
         if baselines:
             subset = records[records["system"].isin([target, *baselines])]
-            scores = per_question_scores(subset, "strict_correct", runs)
-            gaps = paired_bootstrap_many(scores, target, baselines, draws, seed, level)
-            repair = perfect_repair_gaps(subset, target, baselines, "strict_correct", runs, draws, seed, level)
+            scores = per_question_scores(subset, "strict_correct", runs=runs)
+            gaps = paired_bootstrap_many(scores, target, baselines, draws=draws, seed=seed, level=level)
+            repair = perfect_repair_gaps(subset, target, baselines, "strict_correct", runs=runs, draws=draws,
+                                         seed=seed, level=level)
     if missing:
         notes.append(f"No evaluation records (data/eval/<system>/records.parquet) for: {', '.join(missing)}; "
                      f"their rows are marked 'not evaluated' and gaps needing them are omitted.")
     return Results(present, missing, target, runs, per_dataset, macro, flexible,
-                   workload(records), behaviour(records, runs), gaps, repair, notes)
+                   workload(records), behaviour(records, runs=runs), gaps, repair, notes)

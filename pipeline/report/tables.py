@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pipeline.config import DATASETS
+from pipeline.domain import DATASETS
 from pipeline.report import published as pub
 from pipeline.report.results import Results
 from pipeline.systems import ABLATIONS, BY_NAME, SYSTEMS

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage
 from pipeline.retrieval.contents import split_contents
 

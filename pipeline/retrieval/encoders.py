@@ -8,7 +8,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
@@ -34,11 +34,6 @@ def strip_prefix(text: str, prefix: str) -> str:
 
 def add_prefix(text: str, prefix: str) -> str:
     return prefix + strip_prefix(text, prefix)
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
 def _as_list(texts: Sequence[str], field: str) -> list[str]:

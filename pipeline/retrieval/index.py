@@ -16,11 +16,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from tqdm.auto import tqdm
 
-from pipeline.io import InputError, atomic_dir
+from pipeline.errors import InputError
+from pipeline.io import atomic_dir
 from pipeline.retrieval.contents import join_contents
 from pipeline.retrieval.encoders import Encoder
-from pipeline.retrieval.faiss_index import (new_index, set_nprobe, to_build_device, to_cpu, to_search_device,
-                                            train)
+from pipeline.retrieval.faiss_index import new_index, set_nprobe, to_build_device, to_cpu, to_search_device, train
 from pipeline.retrieval.index_spec import IndexSpec
 
 INDEX_FILE = "index.faiss"

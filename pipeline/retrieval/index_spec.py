@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 KINDS = ("flat", "ivf", "ivfpq")
 # default training sample per cell: faiss warns below 39 and subsamples above 256 per cell

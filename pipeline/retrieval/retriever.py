@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage
 from pipeline.retrieval.encoders import Encoder, make_encoder
 from pipeline.retrieval.index import PASSAGE_COLUMNS, LoadedIndex, load_index

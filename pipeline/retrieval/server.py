@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage, Retriever
 from pipeline.retrieval.encoders import Encoder
 

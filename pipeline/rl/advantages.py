@@ -1,46 +1,45 @@
-"""Role-scoped advantages (SPEC 5.2-5.4) over the samples and tokens tables.
+"""Role-scoped advantages (SPEC 5.2-5.4): one estimator over tensors, and the adapter from
+the samples and tokens tables to it.
 
-GRPO statistics come from verl's `compute_grpo_outcome_advantage`; Searcher OPD is the
-token-level `beta * M_t * (teacher_logp - old_logp)`. `compute_advantages` is the table
-path; `pipeline.rl.verl_registry` computes the same from tensors inside verl's registry.
+The maths is `compute_multiagent_opd_advantage`, registered with verl as "multiagent_opd"
+(verl's `core_algos` style: a pure function of tensors with explicit masks). Per row (one
+model call) it places either the GRPO advantage of the row's reward unit, from verl's
+`compute_grpo_outcome_advantage`, or the token-level Searcher OPD advantage
+`beta * M_t * (teacher_logp - old_logp)`, on the row's loss tokens.
+
+`estimator_inputs` turns the tables into the estimator's arguments: GRPO groups are built
+from explicit columns (role, workflow, and the scope's id: question_id or request_id), so a
+group never mixes roles or workflows; a unit (a trajectory or a sample) carries one reward.
+`compute_advantages` is the table path the trainer and the audits use.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import torch
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
+from pipeline.rl.batch import last_token_rewards, pad_column, unpad
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
-from pipeline.rl.modes import ROLE_POLICY, RolePolicy, check_mode
+from pipeline.rl.modes import ROLE_IDS, TrainingMode, get_mode
 
-OPD_BETA = 0.01
+ESTIMATOR_NAME = "multiagent_opd"
 GRPO_EPSILON = 1e-6
+NO_UNIT = -1  # row_unit of a row that gets no GRPO advantage (OPD or untrained)
 _SCOPE_COLUMN = {"question": "question_id", "request": "request_id"}
 _UNIT_COLUMN = {"trajectory": "trajectory_id", "sample": "sample_id"}
 
 
-def group_keys(samples: pd.DataFrame, scope: str) -> pd.Series:
-    """GRPO group key "role|workflow|scope id": groups never mix roles or workflows."""
-    scope_id = samples[_SCOPE_COLUMN[scope]].astype(str)
-    if (scope_id == "").any():
-        raise InputError(f"samples.{_SCOPE_COLUMN[scope]}: expected a non-empty id for {scope}-scoped GRPO")
-    return samples["role"].astype(str) + "|" + samples["workflow"].astype(str) + "|" + scope_id
+# --------------------------------------------------------------------------- the maths
 
 
-def check_pure_groups(keys: np.ndarray, roles: np.ndarray, workflows: np.ndarray) -> None:
-    """Raise InputError if one group key covers more than one role or workflow."""
-    frame = pd.DataFrame({"key": keys, "role": roles, "workflow": workflows})
-    counts = frame.groupby("key").agg(roles=("role", "nunique"), workflows=("workflow", "nunique"))
-    impure = counts[(counts["roles"] > 1) | (counts["workflows"] > 1)]
-    if len(impure):
-        raise InputError(f"GRPO group {impure.index[0]!r} mixes roles or workflows")
-
-
-def grpo_scalar_advantage(rewards: np.ndarray, index: np.ndarray, epsilon: float = GRPO_EPSILON) -> np.ndarray:
-    """One advantage per unit: verl GRPO, (R - mean_g) / (std_g + eps), unbiased std.
+def grpo_unit_advantage(unit_reward: np.ndarray, unit_group: np.ndarray, epsilon: float = GRPO_EPSILON) -> np.ndarray:
+    """(U,) advantages of U reward units: verl GRPO, (R - mean_g) / (std_g + eps), unbiased std.
 
     Runs verl in float64 (in float32 its group mean of equal rewards is off by ~1e-8, which the
     1e-6 epsilon blows up to advantages of ~0.05), and sets groups of identical rewards to exactly
@@ -48,27 +47,27 @@ def grpo_scalar_advantage(rewards: np.ndarray, index: np.ndarray, epsilon: float
     Each unit's reward sits on its only token: verl sums token rewards, so this equals the reward
     on the last loss token of a real response.
     """
-    rewards = np.asarray(rewards, dtype=np.float64)
+    rewards = np.asarray(unit_reward, dtype=np.float64)
     if len(rewards) == 0:
         return rewards
-    index = np.asarray(index, dtype=object)
+    groups = np.asarray(unit_group, dtype=object)
     token_level = torch.tensor(rewards).unsqueeze(-1)
     adv, _ = compute_grpo_outcome_advantage(
         token_level_rewards=token_level,
         response_mask=torch.ones_like(token_level),
-        index=index,
+        index=groups,
         epsilon=epsilon,
     )
     adv = adv.squeeze(-1).numpy().copy()
-    spread = pd.Series(rewards).groupby(index).agg(lambda r: r.max() - r.min())
-    tied = pd.Series(index).map(spread).to_numpy(dtype=np.float64) == 0.0
-    sizes = pd.Series(index).map(pd.Series(index).value_counts()).to_numpy()
+    spread = pd.Series(rewards).groupby(groups).agg(lambda r: r.max() - r.min())
+    tied = pd.Series(groups).map(spread).to_numpy(dtype=np.float64) == 0.0
+    sizes = pd.Series(groups).map(pd.Series(groups).value_counts()).to_numpy()
     adv[tied & (sizes > 1)] = 0.0
     return adv
 
 
 def opd_advantage(
-    teacher_logp: torch.Tensor, old_logp: torch.Tensor, loss_mask: torch.Tensor, beta: float = OPD_BETA
+    teacher_logp: torch.Tensor, old_logp: torch.Tensor, loss_mask: torch.Tensor, beta: float
 ) -> torch.Tensor:
     """Searcher OPD: A_t = beta * M_t * (teacher_logp - old_logp); exactly 0 where M_t = 0."""
     on = loss_mask > 0
@@ -77,53 +76,167 @@ def opd_advantage(
     return torch.where(on, beta * (teacher_logp - old_logp), torch.zeros_like(old_logp))
 
 
-def _unit_table(samples: pd.DataFrame, role: str, policy: RolePolicy) -> pd.DataFrame:
-    """One row per GRPO unit: columns unit, group, reward (equal over the unit's samples)."""
-    unit_col = _UNIT_COLUMN[policy.unit]
-    if policy.reward_column == "reward":
-        rows = samples[samples["role"] == role]
-    else:  # every trajectory of the batch counts, with the role's name in the group key
-        rows = samples.assign(role=role)
-    rows = rows.assign(group=group_keys(rows, policy.scope), unit=rows[unit_col].astype(str))
-    check_pure_groups(rows["group"].to_numpy(), rows["role"].to_numpy(), rows["workflow"].to_numpy())
-    require_finite(rows[policy.reward_column], f"samples.{policy.reward_column}", f"{role} GRPO")
-    units = rows.groupby("unit", sort=False).agg(
-        group=("group", "first"),
-        n_groups=("group", "nunique"),
-        reward=(policy.reward_column, "first"),
-        spread=(policy.reward_column, lambda r: r.max() - r.min()),
-    )
-    if (units["n_groups"] > 1).any() or (units["spread"] != 0).any():
-        raise InputError(f"samples.{policy.reward_column}: {role} samples of one {policy.unit} must share one reward")
-    return units
+@register_adv_est(ESTIMATOR_NAME)
+def compute_multiagent_opd_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    *,
+    row_unit: np.ndarray,
+    unit_reward: np.ndarray,
+    unit_group: np.ndarray,
+    opd_rows: np.ndarray,
+    old_log_probs: torch.Tensor,
+    teacher_log_probs: torch.Tensor | None,
+    beta: float,
+    epsilon: float = GRPO_EPSILON,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of a batch of model calls, 0 wherever `response_mask` is 0.
+
+    Shapes: token_level_rewards, response_mask, old_log_probs, teacher_log_probs (bs, L);
+    row_unit, opd_rows (bs,); unit_reward, unit_group (U,). A row with `opd_rows` gets
+    beta * mask * (teacher - old) per token; a row with row_unit u >= 0 gets the GRPO advantage
+    of unit u (groups `unit_group`, rewards `unit_reward`) on every loss token; a row with
+    neither gets 0. A unit may have no rows (a trajectory where the role never acted still
+    counts in its group's baseline). `token_level_rewards` and `index` (verl's prompt uid) are
+    verl's signature and not read: the rewards that matter are the units'.
+    Returns (advantages, returns), both the advantages, like verl's GRPO.
+    """
+    mask = response_mask.to(torch.float64)
+    row_unit = np.asarray(row_unit, dtype=np.int64)
+    opd_rows = np.asarray(opd_rows, dtype=bool)
+    if len(row_unit) != mask.shape[0] or len(opd_rows) != mask.shape[0]:
+        raise InputError(f"row_unit, opd_rows: expected {mask.shape[0]} rows, got {len(row_unit)}, {len(opd_rows)}")
+    if (opd_rows & (row_unit != NO_UNIT)).any():
+        raise InputError("row_unit: a row is both OPD and a GRPO unit")
+    advantages = torch.zeros_like(mask)
+    grpo = row_unit != NO_UNIT
+    if grpo.any():
+        unit_adv = torch.as_tensor(grpo_unit_advantage(unit_reward, unit_group, epsilon))
+        per_row = unit_adv[torch.tensor(row_unit[grpo])]
+        rows = torch.tensor(grpo)
+        advantages[rows] = torch.where(mask[rows] > 0, per_row.unsqueeze(-1), torch.zeros_like(mask[rows]))
+    if opd_rows.any():
+        if teacher_log_probs is None:
+            raise InputError("teacher_log_probs: required for OPD rows")
+        rows = torch.tensor(opd_rows)
+        advantages[rows] = opd_advantage(
+            teacher_log_probs[rows].to(torch.float64), old_log_probs[rows].to(torch.float64), mask[rows], beta
+        )
+    advantages = advantages.to(token_level_rewards.dtype)
+    return advantages, advantages
 
 
-def role_sample_advantage(samples: pd.DataFrame, role: str, policy: RolePolicy) -> pd.Series:
-    """GRPO advantage of every `role` sample (indexed by sample_id): its unit's advantage."""
-    units = _unit_table(samples, role, policy)
-    units["advantage"] = grpo_scalar_advantage(units["reward"].to_numpy(), units["group"].to_numpy(dtype=object))
-    rows = samples[samples["role"] == role]
-    return pd.Series(
-        rows[_UNIT_COLUMN[policy.unit]].astype(str).map(units["advantage"]).to_numpy(dtype=np.float64),
-        index=rows["sample_id"].to_numpy(),
-    )
+# --------------------------------------------------------------------------- tables -> tensors
+
+
+@dataclass(frozen=True)
+class Units:
+    """The GRPO reward units of a batch: each row's unit (NO_UNIT for none), and per unit
+    its reward and its group."""
+
+    row_unit: np.ndarray  # (n_samples,) int
+    reward: np.ndarray  # (U,) float64
+    group: np.ndarray  # (U,) int
+
+
+def grpo_units(samples: pd.DataFrame, mode: TrainingMode) -> Units:
+    """The reward units of every GRPO role of `mode`, in order of first appearance.
+
+    A role's units are its samples' trajectories or samples, and with reward_column "r_em" every
+    trajectory of the batch (also those where the role never acted). A group is one
+    (role, workflow, scope id); a unit must have one reward and one group.
+    """
+    row_unit = np.full(len(samples), NO_UNIT, dtype=np.int64)
+    rewards: list[np.ndarray] = []
+    groups: list[pd.DataFrame] = []
+    n_units = 0
+    for role, policy in mode.roles.items():
+        if policy.kind != "grpo":
+            continue
+        scope = _SCOPE_COLUMN[policy.scope]
+        on_role = (samples["role"] == role).to_numpy()
+        rows = samples if policy.reward_column == "r_em" else samples[on_role]
+        if (rows[scope].astype(str) == "").any():
+            raise InputError(f"samples.{scope}: expected a non-empty id for {policy.scope}-scoped GRPO")
+        require_finite(rows[policy.reward_column], f"samples.{policy.reward_column}", f"{role} GRPO")
+        keys = pd.DataFrame({
+            "unit": rows[_UNIT_COLUMN[policy.unit]].astype(str).to_numpy(),
+            "workflow": rows["workflow"].astype(str).to_numpy(),
+            "scope": rows[scope].astype(str).to_numpy(),
+            "reward": rows[policy.reward_column].to_numpy(dtype=np.float64),
+        })
+        per_unit = keys.groupby("unit", sort=False).agg(
+            n_groups=("scope", "nunique"), n_workflows=("workflow", "nunique"), workflow=("workflow", "first"),
+            scope=("scope", "first"), reward=("reward", "first"), spread=("reward", lambda r: r.max() - r.min()),
+        )
+        if (per_unit["n_groups"] > 1).any() or (per_unit["n_workflows"] > 1).any() or (per_unit["spread"] != 0).any():
+            raise InputError(
+                f"samples.{policy.reward_column}: {role} samples of one {policy.unit} must share one reward and group")
+        position = pd.Series(np.arange(len(per_unit)) + n_units, index=per_unit.index)
+        row_unit[on_role] = samples.loc[on_role, _UNIT_COLUMN[policy.unit]].astype(str).map(position).to_numpy()
+        rewards.append(per_unit["reward"].to_numpy(dtype=np.float64))
+        groups.append(per_unit[["workflow", "scope"]].assign(role=role))
+        n_units += len(per_unit)
+    if not groups:
+        return Units(row_unit, np.zeros(0), np.zeros(0, dtype=np.int64))
+    keys = pd.concat(groups, ignore_index=True)
+    group = keys.groupby(["role", "workflow", "scope"], sort=False).ngroup().to_numpy(dtype=np.int64)
+    return Units(row_unit, np.concatenate(rewards), group)
+
+
+def trained_mask(samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode) -> np.ndarray:
+    """tokens.loss_mask with every token of a role trained with kind "none" set to 0."""
+    untrained = [role for role, p in mode.roles.items() if p.kind == "none"]
+    role_of = samples.set_index("sample_id")["role"]
+    off = tokens["sample_id"].map(role_of).isin(untrained).to_numpy()
+    return np.where(off, 0, tokens["loss_mask"].to_numpy(dtype=np.int64))
+
+
+def estimator_inputs(samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode | str, beta: float) -> dict[str, Any]:
+    """Keyword arguments of `compute_multiagent_opd_advantage` for a batch, rows in `samples` order.
+
+    Uses samples.reward / samples.r_em (from compute_rewards) and the tokens' loss_mask,
+    old_logp, teacher_logp; response_mask is 0 on the tokens of untrained roles.
+    """
+    mode = get_mode(mode) if isinstance(mode, str) else mode
+    require_unique(samples, "sample_id", "samples")
+    ids = samples["sample_id"].to_numpy(dtype=object)
+    units = grpo_units(samples, mode)
+    opd_roles = [role for role, p in mode.roles.items() if p.kind == "opd"]
+    masked = tokens.assign(loss_mask=trained_mask(samples, tokens, mode))
+    return {
+        "token_level_rewards": last_token_rewards(masked, ids, samples["reward"].to_numpy(dtype=np.float64)),
+        "response_mask": pad_column(masked, ids, "loss_mask"),
+        "index": samples["question_id"].astype(str).to_numpy(dtype=object),
+        "row_unit": units.row_unit,
+        "unit_reward": units.reward,
+        "unit_group": units.group,
+        "opd_rows": samples["role"].isin(opd_roles).to_numpy(),
+        "role_ids": np.array([ROLE_IDS[r] for r in samples["role"]], dtype=np.int64),
+        "old_log_probs": pad_column(masked, ids, "old_logp"),
+        "teacher_log_probs": pad_column(masked, ids, "teacher_logp", fill=float("nan")),
+        "beta": beta,
+    }
 
 
 def compute_advantages(
-    samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, beta: float = OPD_BETA
+    samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode | str, beta: float
 ) -> pd.DataFrame:
     """Tokens with `advantage` filled for `mode`; tokens with loss_mask 0 get exactly 0.
 
     `samples` must carry the rewards of `pipeline.rl.rewards.compute_rewards`. Roles trained
     with kind "none" (Searchers without supervision) get loss_mask set to 0 here.
     """
-    check_mode(mode)
+    mode = get_mode(mode) if isinstance(mode, str) else mode
     require_columns(
         samples, ["sample_id", "question_id", "trajectory_id", "request_id", "workflow", "role", "reward", "r_em"], "samples"
     )
     require_columns(tokens, ["sample_id", "loss_mask", "old_logp", "teacher_logp"], "tokens")
     require_unique(samples, "sample_id", "samples")
-    require_roles(samples, ROLE_POLICY[mode], f"mode {mode}")
+    require_roles(samples, mode.roles, f"mode {mode.name}")
     role_of = samples.set_index("sample_id")["role"]
     token_role = tokens["sample_id"].map(role_of)
     if token_role.isna().any():
@@ -132,23 +245,7 @@ def compute_advantages(
         raise InputError("tokens.role: disagrees with the role of the sample in samples")
 
     out = tokens.copy()
-    mask = out["loss_mask"].to_numpy(dtype=np.int64)
-    advantage = np.zeros(len(out), dtype=np.float64)
-    for role, policy in ROLE_POLICY[mode].items():
-        on_role = (token_role == role).to_numpy()
-        if policy.kind == "none":
-            mask = np.where(on_role, 0, mask)
-        elif policy.kind == "opd":
-            advantage[on_role] = opd_advantage(
-                torch.as_tensor(out["teacher_logp"].to_numpy(dtype=np.float64)[on_role]),
-                torch.as_tensor(out["old_logp"].to_numpy(dtype=np.float64)[on_role]),
-                torch.as_tensor(mask[on_role]),
-                beta,
-            ).numpy()
-        elif on_role.any():
-            per_sample = role_sample_advantage(samples, role, policy)
-            values = out.loc[on_role, "sample_id"].map(per_sample).to_numpy(dtype=np.float64)
-            advantage[on_role] = np.where(mask[on_role] > 0, values, 0.0)
-    out["loss_mask"] = mask
-    out["advantage"] = advantage
+    out["loss_mask"] = trained_mask(samples, tokens, mode)
+    advantages, _ = compute_multiagent_opd_advantage(**estimator_inputs(samples, tokens, mode, beta))
+    out["advantage"] = unpad(out, samples["sample_id"].to_numpy(dtype=object), advantages)
     return out

@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from pipeline.io import ValidationFailed, write_parquet
+from pipeline.errors import ValidationFailed
+from pipeline.io import write_parquet
 from pipeline.validate.masks import validate_masks
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.rl.checks import require_columns
 
 

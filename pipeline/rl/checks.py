@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], table: str) -> None:

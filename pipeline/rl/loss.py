@@ -9,14 +9,13 @@ import torch
 from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss_vanilla
 from verl.workers.config import ActorConfig
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 LOSS_AGG_MODE = "token-mean"
-N_MINIBATCHES = 5
 
 
 @lru_cache(maxsize=16)
-def actor_config(clip_ratio: float = 0.2, clip_ratio_c: float = 3.0) -> ActorConfig:
+def actor_config(clip_ratio: float, clip_ratio_c: float) -> ActorConfig:
     """The verl ActorConfig that `compute_policy_loss_vanilla` reads (symmetric clip, dual clip c)."""
     return ActorConfig(
         strategy="fsdp",
@@ -37,8 +36,8 @@ def policy_loss(
     loss_mask: torch.Tensor,
     entropy: torch.Tensor,
     *,
-    clip_ratio: float = 0.2,
-    clip_ratio_c: float = 3.0,
+    clip_ratio: float,
+    clip_ratio_c: float,
     entropy_coef: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """loss = token-mean clipped PPO surrogate - entropy_coef * token-mean entropy, over loss tokens.
@@ -70,7 +69,7 @@ def policy_loss(
     return loss, metrics
 
 
-def minibatches(n_samples: int, n_minibatches: int = N_MINIBATCHES, seed: int = 0) -> list[np.ndarray]:
+def minibatches(n_samples: int, n_minibatches: int, seed: int) -> list[np.ndarray]:
     """Shuffle sample indices 0..n_samples-1 with `seed` and split them into `n_minibatches`
     near-equal parts (one optimizer update each, one pass over the rollout batch)."""
     if n_minibatches < 1 or n_samples < n_minibatches:

@@ -2,7 +2,8 @@
 
 Each function returns a copy of `samples` with columns added; `reward` is filled
 role by role and ends as exactly the value that enters the advantage (after the
-KL-in-reward term). Searchers trained by OPD have no scalar reward: NaN.
+KL-in-reward term). Searchers trained by OPD have no scalar reward: NaN. Every weight
+comes from `common.rewards` of params.yaml (a RewardParams).
 """
 
 from __future__ import annotations
@@ -14,16 +15,12 @@ import pandas as pd
 import torch
 from verl.trainer.ppo.core_algos import kl_penalty
 
+from pipeline.config import RewardParams
 from pipeline.data.normalize import normalize_answer
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
-from pipeline.rl.modes import KL_ROLES, NO_KL_MODES, ROLE_POLICY, TEACHER_REQUIRED, WORKFLOW, check_mode
+from pipeline.rl.modes import KL_ROLES, TrainingMode, get_mode
 
-OUTCOME_WEIGHT = 0.9  # weight of R_EM in the Stage I Searcher and Leader rewards
-SEARCH_BONUS_WEIGHT = 0.1
-C_TOOL_CAP = 6
-CRITIC_WEIGHT = 0.5  # prompted critic: R_S = 0.5 R_EM + 0.5 score/10
-MALFORMED_REWARD = -1.0
 REWARD_COLUMNS = ("correct", "r_em", "b_s", "judge_score", "kl_to_teacher", "reward")
 
 
@@ -96,18 +93,18 @@ def search_bonus(n_search: np.ndarray, reported: np.ndarray) -> np.ndarray:
     return np.where(reported & (n_search >= 2), 1.0, np.where(reported & (n_search == 1), 0.5, 0.0))
 
 
-def searcher_stage1_reward(samples: pd.DataFrame) -> pd.DataFrame:
+def searcher_stage1_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
     """Stage I Searcher: `b_s`, and reward R_S = 0.9 R_EM + 0.1 b_S (malformed -> -1)."""
     require_columns(samples, ["role", "n_search", "reported", "malformed", "r_em"], "samples")
     rows = samples[samples["role"] == "searcher"]
     b_s = search_bonus(rows["n_search"].to_numpy(dtype=np.int64), _flag(rows, "reported"))
-    reward = OUTCOME_WEIGHT * rows["r_em"].to_numpy(dtype=np.float64) + SEARCH_BONUS_WEIGHT * b_s
-    reward = np.where(_flag(rows, "malformed"), MALFORMED_REWARD, reward)
+    reward = weights.searcher_em_weight * rows["r_em"].to_numpy(dtype=np.float64) + weights.behaviour_weight * b_s
+    reward = np.where(_flag(rows, "malformed"), weights.malformed_reward, reward)
     out = _with_role_values(samples, "b_s", "searcher", b_s)
     return _with_role_values(out, "reward", "searcher", reward)
 
 
-def leader_reward(samples: pd.DataFrame) -> pd.DataFrame:
+def leader_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
     """Leader: R_L = 0.9 R_EM + 0.1 min(C_tool, 6)/6, -1 if any Leader call of the trajectory is malformed."""
     require_columns(samples, ["trajectory_id", "role", "c_tool", "malformed", "r_em"], "samples")
     rows = samples[samples["role"] == "leader"]
@@ -117,22 +114,23 @@ def leader_reward(samples: pd.DataFrame) -> pd.DataFrame:
     if (rows.groupby("trajectory_id")["c_tool"].nunique() > 1).any():
         raise InputError("samples.c_tool: expected one value per trajectory (a trajectory-level column)")
     any_malformed = rows.assign(_m=_flag(rows, "malformed")).groupby("trajectory_id")["_m"].transform("any")
-    reward = OUTCOME_WEIGHT * rows["r_em"].to_numpy(dtype=np.float64) + SEARCH_BONUS_WEIGHT * (
-        np.minimum(c_tool, C_TOOL_CAP) / C_TOOL_CAP
+    cap = weights.c_tool_cap
+    reward = weights.leader_em_weight * rows["r_em"].to_numpy(dtype=np.float64) + weights.assign_weight * (
+        np.minimum(c_tool, cap) / cap
     )
-    reward = np.where(any_malformed.to_numpy(dtype=bool), MALFORMED_REWARD, reward)
+    reward = np.where(any_malformed.to_numpy(dtype=bool), weights.malformed_reward, reward)
     return _with_role_values(samples, "reward", "leader", reward)
 
 
-def answerer_reward(samples: pd.DataFrame) -> pd.DataFrame:
+def answerer_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
     """Answerer candidate: R_A = c_ij; a malformed candidate gets -1 (SPEC 5.1, our choice)."""
     require_columns(samples, ["role", "malformed", "correct"], "samples")
     rows = samples[samples["role"] == "answerer"]
-    reward = np.where(_flag(rows, "malformed"), MALFORMED_REWARD, rows["correct"].to_numpy(dtype=np.float64))
+    reward = np.where(_flag(rows, "malformed"), weights.malformed_reward, rows["correct"].to_numpy(dtype=np.float64))
     return _with_role_values(samples, "reward", "answerer", reward)
 
 
-def outcome_searcher_reward(samples: pd.DataFrame) -> pd.DataFrame:
+def outcome_searcher_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
     """Outcome-RL Searcher ablation: R_S = R_EM of the trajectory (no malformed penalty: SPEC 5.4
     asks for the same value on all Searcher tokens of a trajectory)."""
     require_columns(samples, ["role", "r_em"], "samples")
@@ -140,7 +138,7 @@ def outcome_searcher_reward(samples: pd.DataFrame) -> pd.DataFrame:
     return _with_role_values(samples, "reward", "searcher", rows["r_em"].to_numpy(dtype=np.float64))
 
 
-def prompted_critic_searcher_reward(samples: pd.DataFrame) -> pd.DataFrame:
+def prompted_critic_searcher_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
     """Prompted critic: R_S = 0.5 R_EM + 0.5 judge_score/10 (malformed -> -1); judge_score in 0..10."""
     require_columns(samples, ["role", "malformed", "r_em", "judge_score"], "samples")
     rows = samples[samples["role"] == "searcher"]
@@ -149,8 +147,9 @@ def prompted_critic_searcher_reward(samples: pd.DataFrame) -> pd.DataFrame:
     ok = ~malformed
     if not np.isfinite(score[ok]).all() or ((score[ok] < 0) | (score[ok] > 10)).any():
         raise InputError("samples.judge_score: expected a number in 0..10 on every well-formed Searcher row")
-    reward = CRITIC_WEIGHT * rows["r_em"].to_numpy(dtype=np.float64) + CRITIC_WEIGHT * score / 10.0
-    reward = np.where(malformed, MALFORMED_REWARD, reward)
+    em_weight = weights.critic_em_weight
+    reward = em_weight * rows["r_em"].to_numpy(dtype=np.float64) + (1.0 - em_weight) * score / 10.0
+    reward = np.where(malformed, weights.malformed_reward, reward)
     return _with_role_values(samples, "reward", "searcher", reward)
 
 
@@ -177,7 +176,7 @@ def _kl_by_sample(samples: pd.DataFrame, tokens: pd.DataFrame) -> pd.DataFrame:
 def kl_in_reward(
     samples: pd.DataFrame,
     tokens: pd.DataFrame,
-    coef: float = 1e-3,
+    coef: float,
     *,
     require_teacher: bool = False,
 ) -> pd.DataFrame:
@@ -218,40 +217,42 @@ def kl_in_reward(
 
 _SEARCHER_REWARD = {
     "stage1": searcher_stage1_reward,
-    "outcome_rl_searcher": outcome_searcher_reward,
-    "prompted_critic": prompted_critic_searcher_reward,
+    "outcome": outcome_searcher_reward,
+    "critic": prompted_critic_searcher_reward,
 }
 
 
-def compute_rewards(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, kl_coef: float = 1e-3) -> pd.DataFrame:
-    """All reward columns for one rollout batch in `mode` (see pipeline.rl.modes).
+def compute_rewards(
+    samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode | str, weights: RewardParams
+) -> pd.DataFrame:
+    """All reward columns for one rollout batch in `mode` (pipeline.rl.modes), weighted by `weights`.
 
-    Adds correct, r_em, b_s, judge_score (kept from the input in prompted_critic, else NaN),
-    kl_to_teacher and reward. Searchers in opd / base_teacher / no_searcher_supervision get
-    reward NaN (no scalar reward). KL-in-reward: never in stage1 (no Teacher yet); required in
-    opd and base_teacher; elsewhere applied only where teacher_logp is present.
+    Adds correct, r_em, b_s, judge_score (kept from the input where the mode has a judge,
+    else NaN), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
+    supervision) get reward NaN. KL-in-reward: in every mode with a Teacher, whose scores
+    are then required on every Leader and Answerer loss token; none without a Teacher.
     """
-    check_mode(mode)
+    mode = get_mode(mode) if isinstance(mode, str) else mode
     require_columns(samples, ["sample_id", "trajectory_id", "workflow", "role"], "samples")
-    require_roles(samples, ROLE_POLICY[mode], f"mode {mode}")
-    bad_workflow = samples["workflow"] != WORKFLOW[mode]
+    require_roles(samples, mode.roles, f"mode {mode.name}")
+    bad_workflow = samples["workflow"] != mode.workflow
     if bad_workflow.any():
         raise InputError(
-            f"samples.workflow: mode {mode} expects {WORKFLOW[mode]!r}, found {samples['workflow'][bad_workflow].iloc[0]!r}"
+            f"samples.workflow: mode {mode.name} expects {mode.workflow!r}, found {samples['workflow'][bad_workflow].iloc[0]!r}"
         )
-    keep_judge = mode == "prompted_critic"
+    keep_judge = mode.judge is not None
     out = samples.drop(columns=[c for c in REWARD_COLUMNS if c in samples.columns and not (keep_judge and c == "judge_score")])
     if not keep_judge:
         out["judge_score"] = np.nan
     out["b_s"] = np.nan
     out["reward"] = np.nan
     out = team_outcome(answerer_correctness(out))
-    out = answerer_reward(out)
-    if "leader" in ROLE_POLICY[mode]:
-        out = leader_reward(out)
-    if mode in _SEARCHER_REWARD:
-        out = _SEARCHER_REWARD[mode](out)
-    if mode in NO_KL_MODES:
+    out = answerer_reward(out, weights)
+    if "leader" in mode.roles:
+        out = leader_reward(out, weights)
+    if mode.searcher_reward != "none":
+        out = _SEARCHER_REWARD[mode.searcher_reward](out, weights)
+    if not mode.kl_in_reward:
         out["kl_to_teacher"] = np.nan
         return out
-    return kl_in_reward(out, tokens, kl_coef, require_teacher=mode in TEACHER_REQUIRED)
+    return kl_in_reward(out, tokens, weights.kl_coef, require_teacher=True)

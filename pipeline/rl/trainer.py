@@ -18,17 +18,8 @@ One step (`train` below, top to bottom):
   8. dev evaluation at step 0, every `eval_every` steps and at the end; checkpoint every
      `checkpoint_every` steps and at the end (pipeline.rl.checkpoint); metrics to `log_fn`.
 
-Systems and what each mode gets (the stage wiring in pipeline.stages.train_stages):
-  teacher (stage1)          cascade, student from base, no Teacher (no KL, no OPD).
-  team (opd)                hierarchy, student from base, Teacher = Stage-I weights
-                            (data/models/teacher): Searcher OPD + Leader/Answerer KL.
-  base_teacher              as opd with Teacher = the base model.
-  outcome_rl_searcher       hierarchy from base; Searcher GRPO on R_EM; the Stage-I Teacher
-                            still gives the Leader/Answerer KL-in-reward term.
-  no_searcher_supervision   hierarchy from base; Searcher tokens out of the loss; Stage-I Teacher
-                            for the Leader/Answerer KL term.
-  prompted_critic           hierarchy from base; judge = base model; no Teacher, so no KL term.
-The Stage-II student always starts from the base weights; the Teacher and the judge are frozen.
+What each mode trains, with which Teacher and judge, is its record in pipeline.rl.modes. The
+Stage-II student always starts from the base weights; the Teacher and the judge are frozen.
 
 Metric keys (per step): reward_leader, reward_searcher, reward_answerer (mean `reward` of the
 role's samples; absent where the role has no scalar reward, e.g. OPD Searchers), kl_to_teacher
@@ -52,10 +43,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from pipeline.agents import run_workflow, to_tables, trajectory_table
-from pipeline.eval.em import exact_match
-from pipeline.eval.extraction import strict_answer
-from pipeline.io import InputError
+from pipeline.agents import run_workflow, to_tables
+from pipeline.errors import InputError
+from pipeline.eval.scoring import score_rollout
 from pipeline.policy.base import PolicyBackend
 from pipeline.policy.encoding import truncate_left
 from pipeline.policy.hf_backend import HFBackend
@@ -67,10 +57,10 @@ from pipeline.rl.batch import pad_column
 from pipeline.rl.checkpoint import load_latest, save_checkpoint
 from pipeline.rl.judge import judge_searchers
 from pipeline.rl.loss import minibatches, policy_loss
-from pipeline.rl.modes import TEACHER_REQUIRED, WORKFLOW, check_mode, trained_roles
+from pipeline.rl.modes import get_mode
 from pipeline.rl.rewards import compute_rewards
 from pipeline.rl.teacher_scoring import sample_token_ids, score_with_teacher
-from pipeline.rl.train_params import TrainConfig
+from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig
 
 LogFn = Callable[[int, dict], None]
 
@@ -113,13 +103,13 @@ def _seed(*parts: int) -> int:
 
 def check_inputs(cfg: TrainConfig, inputs: TrainInputs) -> None:
     """Bad set-ups fail before any work, naming the field."""
-    check_mode(cfg.mode)
-    if cfg.mode in TEACHER_REQUIRED and inputs.teacher is None:
-        raise InputError(f"teacher: mode {cfg.mode} needs a Teacher backend")
-    if cfg.mode == "stage1" and inputs.teacher is not None:
-        raise InputError("teacher: stage1 trains the Teacher itself; expected no Teacher")
-    if (cfg.mode == "prompted_critic") != (inputs.judge is not None):
-        raise InputError("judge: expected a judge backend in mode prompted_critic and only there")
+    mode = get_mode(cfg.mode)
+    if mode.teacher is not None and inputs.teacher is None:
+        raise InputError(f"teacher: mode {cfg.mode} needs a Teacher backend (data/models/{mode.teacher})")
+    if mode.teacher is None and inputs.teacher is not None:
+        raise InputError(f"teacher: mode {cfg.mode} has no Teacher; expected none")
+    if (mode.judge is not None) != (inputs.judge is not None):
+        raise InputError(f"judge: mode {cfg.mode} {'needs a judge backend' if mode.judge else 'has no judge'}")
     if len(inputs.train_questions) == 0:
         raise InputError("train_questions: expected at least one training question")
     if len(inputs.dev_questions) == 0:
@@ -129,7 +119,8 @@ def check_inputs(cfg: TrainConfig, inputs: TrainInputs) -> None:
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
-        lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
+        lr=cfg.lr, betas=(float(cfg.optim.adam_betas[0]), float(cfg.optim.adam_betas[1])),
+        weight_decay=cfg.optim.weight_decay,
     )
 
 
@@ -138,21 +129,22 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 
 def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
     """Rollout -> tables -> Teacher scores -> judge scores -> rewards -> advantages."""
+    mode = get_mode(cfg.mode)
     pool = inputs.train_questions
     rng = np.random.default_rng([cfg.seed, step, 0])
     picked = np.sort(rng.choice(len(pool), size=min(cfg.questions_per_batch, len(pool)), replace=False))
     rollout = run_workflow(
-        WORKFLOW[cfg.mode], pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
+        mode.workflow, pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
         n_traj=cfg.trajectories_per_question, seed=_seed(cfg.seed, step, 1),
     )
-    samples, tokens = to_tables(rollout, trained_roles(cfg.mode))
+    samples, tokens = to_tables(rollout, mode.trained_roles)
     if inputs.teacher is not None:
         tokens = score_with_teacher(samples, tokens, inputs.teacher)
     unparsable = 0
     if inputs.judge is not None:
         samples, unparsable = judge_searchers(samples, inputs.judge, cfg.judge_max_new_tokens)
-    samples = compute_rewards(samples, tokens, cfg.mode, cfg.kl_coef)
-    tokens = compute_advantages(samples, tokens, cfg.mode, cfg.opd_beta)
+    samples = compute_rewards(samples, tokens, mode, cfg.rewards)
+    tokens = compute_advantages(samples, tokens, mode, cfg.rewards.opd_beta)
     generated = int((tokens["source"] == "generated").sum())
     return Batch(samples, tokens, generated, unparsable)
 
@@ -173,7 +165,7 @@ def ppo_update(
     prompt_of = samples.set_index("sample_id")["prompt_ids"]
     response_of = sample_token_ids(tokens[tokens["sample_id"].isin(with_loss)])
     temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
-    parts = minibatches(len(sample_ids), min(cfg.n_minibatches, len(sample_ids)), seed)
+    parts = minibatches(len(sample_ids), min(cfg.optim.n_minibatches, len(sample_ids)), seed)
     stats: dict[str, list[float]] = {"pg_loss": [], "clip_fraction": [], "entropy": [], "grad_norm": []}
     model.train()
     for part in parts:
@@ -193,14 +185,14 @@ def ppo_update(
         if old.shape != new_logp.shape:
             raise RuntimeError(f"padded tables {tuple(old.shape)} != packed responses {tuple(new_logp.shape)}")
         loss, m = policy_loss(
-            new_logp, old, adv, mask, entropy, clip_ratio=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c,
+            new_logp, old, adv, mask, entropy, clip_ratio=cfg.optim.clip_ratio, clip_ratio_c=cfg.optim.clip_ratio_c,
             entropy_coef=cfg.entropy_coef,
         )
         if not torch.isfinite(loss):
             raise FloatingPointError(f"PPO loss is {loss.item()} at minibatch of {len(ids)} samples")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         optimizer.step()
         for key, value in (("pg_loss", m["pg_loss"]), ("clip_fraction", m["pg_clipfrac"]),
                            ("entropy", m["entropy"]), ("grad_norm", float(grad_norm))):
@@ -233,18 +225,15 @@ def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs) -> dict[str, float]:
     one trajectory and one Answerer candidate per question, the same seed at every evaluation."""
     questions = inputs.dev_questions.iloc[: cfg.dev_questions]
     rollout = run_workflow(
-        WORKFLOW[cfg.mode], questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
+        get_mode(cfg.mode).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
         n_traj=1, seed=_seed(cfg.seed, 3),
     )
-    table = trajectory_table(rollout)
-    golden = {t.trajectory_id: t.golden_answers for t in rollout.trajectories}
-    strict = [strict_answer(text) for text in table["last_answerer_output"]]
-    correct = [exact_match(a, golden[tid]) for a, tid in zip(strict, table["trajectory_id"])]
+    records = score_rollout(rollout)
     return {
-        "dev_em": float(np.mean(correct)),
-        "dev_no_search_share": float((table["search_actions"] == 0).mean()),
-        "format_failure_rate": float(np.mean([a is None for a in strict])),
-        "searches_per_workflow": float(table["search_actions"].mean()),
+        "dev_em": float(records["strict_correct"].mean()),
+        "dev_no_search_share": float((records["search_actions"] == 0).mean()),
+        "format_failure_rate": float(records["format_failure"].mean()),
+        "searches_per_workflow": float(records["search_actions"].mean()),
     }
 
 
@@ -292,5 +281,5 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) ->
             log(done, dev_evaluate(cfg, inputs))
         if inputs.checkpoint_dir is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(inputs.checkpoint_dir, done, model, policy.tokenizer, optimizer, fingerprint,
-                            keep=cfg.keep_checkpoints)
+                            keep=KEEP_CHECKPOINTS)
     return result

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.stages import audit_stages, data_stages
-from pipeline.stages import eval_stages
-from pipeline.stages import train_stages
-from pipeline.stages import model_stages
+from pipeline.stages import audit_stages, data_stages, eval_stages, model_stages, train_stages
 
 STAGES: dict[str, Callable] = {
     "splits": data_stages.run_splits,

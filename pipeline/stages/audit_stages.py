@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.config import Params, workflow_config
-from pipeline.io import ValidationFailed, write_parquet
-from pipeline.stages.paths import Paths
-from pipeline.systems import audit_dir, model_dir
+from pipeline.domain import WORKFLOWS
+from pipeline.errors import ValidationFailed
+from pipeline.io import write_parquet
+from pipeline.paths import Paths, audit_dir, model_dir
+from pipeline.stages.inputs import open_policy, open_retriever, read_split
 from pipeline.tracking import stage_run
-
-WORKFLOWS = ("cascade", "hierarchy")
 
 
 def audit_rollout(backend, retriever, questions: pd.DataFrame, cfg, trajectories: int, seed: int):
@@ -35,28 +35,21 @@ def audit_rollout(backend, retriever, questions: pd.DataFrame, cfg, trajectories
     return pd.concat(samples, ignore_index=True), pd.concat(tokens, ignore_index=True)
 
 
-def check_audit_tables(samples: pd.DataFrame, tokens: pd.DataFrame, docs_dir: Path, decode) -> "ValidationOutcome":
-    from pipeline.validate.masks import validate_masks
-
-    return validate_masks(samples, tokens, docs_dir, decode=decode)
-
-
 def run_validate_masks(params: Params, root: Path) -> dict:
-    from pipeline.policy.hf_backend import HFBackend
-    from pipeline.retrieval.retriever import DenseRetriever
+    from pipeline.validate.masks import validate_masks
 
     paths = Paths(root)
     cfg_params = params.validate_masks
-    dev = pd.read_parquet(paths.split("dev")).head(cfg_params.questions)
-    backend = HFBackend(model_dir(root, "base"))
-    retriever = DenseRetriever.from_dir(paths.index)
+    dev = read_split(root, "dev").head(cfg_params.questions)
+    backend = open_policy(model_dir(root, "base"))
+    retriever = open_retriever(root)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.train_candidates)
     samples, tokens = audit_rollout(backend, retriever, dev, cfg, cfg_params.trajectories, cfg_params.seed)
     out = audit_dir(root, "base")
     write_parquet(out / "samples.parquet", samples)
     write_parquet(out / "tokens.parquet", tokens)
-    outcome = check_audit_tables(samples, tokens, paths.reports(params.profile) / "data_docs" / "masks",
-                                 backend.decode)
+    outcome = validate_masks(samples, tokens, paths.reports(params.profile) / "data_docs" / "masks",
+                             decode=backend.decode)
     with stage_run("validate_masks", params.profile, cfg_params.model_dump()) as mlf:
         mlf.log_metrics({"success": float(outcome.success), "failures": len(outcome.failures),
                          "samples": len(samples), "tokens": len(tokens)})

@@ -9,8 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.config import Params
-from pipeline.io import InputError, ValidationFailed, write_json, write_parquet
-from pipeline.stages.paths import Paths
+from pipeline.errors import InputError, ValidationFailed
+from pipeline.io import write_json, write_parquet
+from pipeline.paths import Paths
+from pipeline.stages.inputs import read_split
 from pipeline.tracking import stage_run
 
 
@@ -79,7 +81,7 @@ def run_validate_splits(params: Params, root: Path) -> dict:
     from pipeline.validate.splits import validate_splits
 
     paths = Paths(root)
-    frames = {name: pd.read_parquet(paths.split(name)) for name in ("train", "dev", "test")}
+    frames = {name: read_split(root, name) for name in ("train", "dev", "test")}
     docs_dir = paths.reports(params.profile) / "data_docs" / "splits"
     outcome = validate_splits(
         frames["train"], frames["dev"], frames["test"], dict(params.data.test_quotas), docs_dir

@@ -4,49 +4,14 @@ metrics.json): thin wiring of pipeline.eval and pipeline.report to the DVC paths
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from pipeline.config import Params, workflow_config
-from pipeline.io import InputError
-from pipeline.stages.paths import Paths
-from pipeline.systems import eval_dir, system
+from pipeline.errors import InputError
+from pipeline.paths import Paths, eval_dir
+from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
+from pipeline.systems import system
 from pipeline.tracking import flatten, stage_run
-
-SGLANG_URL_ENV = "MAOPD_SGLANG_URL"  # base URL of a running SGLang server, e.g. http://127.0.0.1:30000
-
-
-def load_backend(model_dir: Path):
-    """The in-process transformers backend (on the GPU when there is one); when
-    $MAOPD_SGLANG_URL names a running SGLang server, that server instead, switched to the
-    weights of `model_dir` when it serves another folder (docs/serving.md)."""
-    from pipeline.policy.model_ref import resolve_model_dir
-
-    if not ((model_dir / "config.json").is_file() or (model_dir / "model_ref.json").is_file()):
-        raise InputError(f"{model_dir}: model folder missing (expected config.json or model_ref.json); "
-                         "train or build it first")
-    weights = resolve_model_dir(model_dir)
-    url = os.environ.get(SGLANG_URL_ENV, "").strip()
-    if url:
-        from pipeline.policy.sglang_backend import SGLangBackend
-
-        backend = SGLangBackend(url, weights)
-        backend.ensure_weights(weights)
-        return backend
-    import torch
-
-    from pipeline.policy.hf_backend import HFBackend
-
-    cuda = torch.cuda.is_available()
-    return HFBackend(str(weights), device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None)
-
-
-def load_retriever(index_dir: Path):
-    from pipeline.retrieval.retriever import DenseRetriever
-
-    if not (index_dir / "index.json").is_file():
-        raise InputError(f"{index_dir}: index folder missing (expected index.json); run the index stage")
-    return DenseRetriever.from_dir(index_dir)
 
 
 def _file_hash(path: Path) -> str:
@@ -57,8 +22,6 @@ def _file_hash(path: Path) -> str:
 
 def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
     """Evaluate one system of pipeline.systems on the test split; write data/eval/<system>/."""
-    import pandas as pd
-
     from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
     from pipeline.eval.run import evaluate_system, model_fingerprint
 
@@ -70,12 +33,10 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
         raise InputError(str(e.args[0])) from None
     paths = Paths(root)
     test_path = paths.split("test")
-    if not test_path.is_file():
-        raise InputError(f"{test_path}: test split missing; run the splits stage")
-    questions = pd.read_parquet(test_path)
+    questions = read_split(root, "test")
     model_dir = sys_.model_dir(root)
-    backend = load_backend(model_dir)
-    retriever = load_retriever(paths.index)
+    backend = open_eval_backend(model_dir)
+    retriever = open_retriever(root)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     runs = params.common.eval.runs
     eval_params = {"eval": params.eval.model_dump(), "protocol": params.common.protocol.model_dump(), "runs": runs}
@@ -90,7 +51,7 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
     records = result.records
     macro = macro_metrics(records, runs=runs).iloc[0]
     per_dataset = per_dataset_metrics(records, runs=runs)
-    wl, bh = workload(records).iloc[0], behaviour(records, runs).iloc[0]
+    wl, bh = workload(records).iloc[0], behaviour(records, runs=runs).iloc[0]
     keys = [f"avg@{runs}", f"pass@{runs}", f"all@{runs}"]
     metrics = {f"macro_{k}": float(macro[k]) for k in keys}
     for _, row in per_dataset.iterrows():

@@ -9,11 +9,13 @@ from typing import Any, Callable
 import great_expectations as gx
 import pandas as pd
 
-from pipeline.io import InputError
+from pipeline.domain import ROLES as DOMAIN_ROLES
+from pipeline.domain import SOURCES as DOMAIN_SOURCES
+from pipeline.errors import InputError
 from pipeline.validate.gx_runner import TableCheck, ValidationOutcome, check, run_table_checks
 
-ROLES = ["leader", "searcher", "answerer"]
-SOURCES = ["generated", "observation", "padding"]
+ROLES = list(DOMAIN_ROLES)
+SOURCES = list(DOMAIN_SOURCES)
 SAMPLE_COLUMNS = ["sample_id", "role", "action", "response_text"]
 TOKEN_COLUMNS = ["sample_id", "pos", "token_id", "role", "source", "loss_mask"]
 REPORT = re.compile(r"<report>(.*?)</report>", re.DOTALL)

@@ -9,7 +9,7 @@ import great_expectations as gx
 import pandas as pd
 
 from pipeline.data.normalize import normalize_question
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.validate.gx_runner import TableCheck, ValidationOutcome, check, run_table_checks
 
 SPLIT_COLUMNS = ["dataset", "split", "id", "question", "golden_answers", "norm_question"]

@@ -6,8 +6,7 @@ group, reward unit, sampling and Teacher log-probs. They travel in the rows' ext
 (pipeline.verl_agent.outputs), so here the rows become the samples and tokens tables again,
 `estimator_inputs` builds the estimator's arguments from them, and the estimator registered
 under `multiagent_opd` runs on the whole batch (GRPO groups span the trajectories of a
-question). outcome_rl_searcher is the one mode the tensor estimator refuses (its Searcher
-baseline counts trajectories without Searcher rows); it takes the table path, `compute_advantages`.
+question).
 """
 
 from __future__ import annotations
@@ -19,22 +18,21 @@ import pandas as pd
 import torch
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-from pipeline.rl.advantages import compute_advantages
-from pipeline.rl.batch import pad_column
-from pipeline.rl.verl_registry import ESTIMATOR_NAME, estimator_inputs
+from pipeline.rl.advantages import ESTIMATOR_NAME, estimator_inputs
 from pipeline.verl_agent.outputs import (
-    BETA_KEY, MODE_KEY, Row, batch_setting, rows_from_batch, rows_from_fields, tables_from_rows,
+    BETA_KEY,
+    MODE_KEY,
+    Row,
+    batch_setting,
+    rows_from_batch,
+    rows_from_fields,
+    tables_from_rows,
 )
-
-TABLE_PATH_MODES = frozenset({"outcome_rl_searcher"})
 
 
 def table_advantages(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, beta: float) -> torch.Tensor:
     """(n_samples, max response length) advantages, rows in `samples` order."""
-    ids = samples["sample_id"].to_numpy(dtype=object)
-    if mode in TABLE_PATH_MODES:
-        return pad_column(compute_advantages(samples, tokens, mode, beta), ids, "advantage")
-    advantages, _ = get_adv_estimator_fn(ESTIMATOR_NAME)(**estimator_inputs(samples, tokens, mode), beta=beta)
+    advantages, _ = get_adv_estimator_fn(ESTIMATOR_NAME)(**estimator_inputs(samples, tokens, mode, beta))
     return advantages
 
 

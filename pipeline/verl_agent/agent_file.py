@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from pipeline.config import load_params
-from pipeline.io import InputError, write_text
+from pipeline.errors import InputError
+from pipeline.io import write_text
 from pipeline.rl.train_params import TrainConfig, train_config
 
 LOOP_TARGET = "pipeline.verl_agent.loop.TeamAgentLoop"

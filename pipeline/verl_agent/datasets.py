@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.agents.workflows import _question_rows
-from pipeline.io import InputError, write_parquet
-from pipeline.stages.paths import Paths
+from pipeline.errors import InputError
+from pipeline.io import write_parquet
+from pipeline.paths import Paths
 
 
 def verl_rows(questions: pd.DataFrame, split: str) -> pd.DataFrame:

@@ -21,13 +21,14 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pipeline.config import Params
-from pipeline.io import InputError
-from pipeline.rl.train_params import TRAIN_KEYS, TrainConfig, train_config
-from pipeline.stages.train_stages import TEACHER_WEIGHTS
-from pipeline.systems import model_dir, system
+from pipeline.errors import InputError
+from pipeline.paths import model_dir
+from pipeline.rl.modes import mode_of_key
+from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig, train_config
+from pipeline.systems import trained_by
 from pipeline.verl_agent.agent_file import agent_loop_entry, entry_name, write_agent_loop_file
-from pipeline.verl_agent.configs import CONFIG_DIR, compose_stage
 from pipeline.verl_agent.datasets import verl_data_dir, write_verl_datasets
+from pipeline.verl_agent.hydra_configs import CONFIG_DIR, compose_stage
 
 PLUGIN = "pipeline.verl_agent.plugin"
 
@@ -39,13 +40,13 @@ def expected_values(cfg: TrainConfig) -> dict[str, Any]:
         "data.train_batch_size": cfg.questions_per_batch,
         f"{rollout}.n": cfg.trajectories_per_question,
         f"{actor}.optim.lr": cfg.lr,
-        f"{actor}.optim.betas": list(cfg.adam_betas),
-        f"{actor}.optim.weight_decay": cfg.weight_decay,
-        f"{actor}.optim.clip_grad": cfg.grad_clip,
-        f"{actor}.clip_ratio": cfg.clip_ratio,
-        f"{actor}.clip_ratio_low": cfg.clip_ratio,
-        f"{actor}.clip_ratio_high": cfg.clip_ratio,
-        f"{actor}.clip_ratio_c": cfg.clip_ratio_c,
+        f"{actor}.optim.betas": list(cfg.optim.adam_betas),
+        f"{actor}.optim.weight_decay": cfg.optim.weight_decay,
+        f"{actor}.optim.clip_grad": cfg.optim.grad_clip,
+        f"{actor}.clip_ratio": cfg.optim.clip_ratio,
+        f"{actor}.clip_ratio_low": cfg.optim.clip_ratio,
+        f"{actor}.clip_ratio_high": cfg.optim.clip_ratio,
+        f"{actor}.clip_ratio_c": cfg.optim.clip_ratio_c,
         f"{actor}.entropy_coeff": cfg.entropy_coef,
         f"{rollout}.temperature": cfg.rollout.temperature,
         f"{rollout}.top_p": cfg.rollout.top_p,
@@ -55,7 +56,7 @@ def expected_values(cfg: TrainConfig) -> dict[str, Any]:
         "trainer.total_training_steps": cfg.steps,
         "trainer.save_freq": cfg.checkpoint_every,
         "trainer.test_freq": cfg.eval_every,
-        "trainer.max_actor_ckpt_to_keep": cfg.keep_checkpoints,
+        "trainer.max_actor_ckpt_to_keep": KEEP_CHECKPOINTS,
     }
 
 
@@ -114,20 +115,18 @@ def build_launch(
     python: str = sys.executable,
 ) -> VerlLaunch:
     """The command that trains `train.systems.<key>` with verl (see the module doc)."""
-    if key not in TRAIN_KEYS:
-        raise InputError(f"stage: unknown key {key!r}; expected one of {', '.join(TRAIN_KEYS)}")
-    mode = TRAIN_KEYS[key][0]
-    if TEACHER_WEIGHTS[mode] is not None and not teacher_url:
-        raise InputError(f"teacher_url: stage {key} ({mode}) scores with the Teacher "
-                         f"(data/models/{TEACHER_WEIGHTS[mode]}) on an SGLang server; give its URL")
-    if mode == "prompted_critic" and not judge_url:
-        raise InputError("judge_url: stage prompted_critic needs the judge's (the base model's) SGLang server URL")
+    mode = mode_of_key(key)
+    if mode.teacher is not None and not teacher_url:
+        raise InputError(f"teacher_url: stage {key} ({mode.name}) scores with the Teacher "
+                         f"(data/models/{mode.teacher}) on an SGLang server; give its URL")
+    if mode.judge is not None and not judge_url:
+        raise InputError(f"judge_url: stage {key} needs the judge's (data/models/{mode.judge}) SGLang server URL")
     if n_gpus < 1 or nnodes < 1:
         raise InputError(f"n_gpus, nnodes: expected >= 1, got {n_gpus}, {nnodes}")
     root = Path(root).resolve()
     data = verl_data_dir(root)
     files = {"train": data / "train.parquet", "dev": data / "dev.parquet", "agent_loop": data / key / "agent_loop.yaml"}
-    weights = system(TRAIN_KEYS[key][1]).weights
+    weights = trained_by(mode.name).weights
     stage_overrides = [
         f"data.train_files={files['train']}",
         f"data.val_files={files['dev']}",
@@ -167,7 +166,7 @@ def run(launch: VerlLaunch) -> int:
 
 def export_command(root: Path, key: str, step: int, python: str = sys.executable) -> list[str]:
     """verl.model_merger: the FSDP checkpoint of `step` -> data/models/<weights> (an HF folder)."""
-    weights = system(TRAIN_KEYS[key][1]).weights
+    weights = trained_by(mode_of_key(key).name).weights
     root = Path(root).resolve()
     ckpt = root / "data" / "checkpoints" / "verl" / weights / f"global_step_{step}" / "actor"
     return [python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(ckpt),

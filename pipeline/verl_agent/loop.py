@@ -14,7 +14,7 @@ pipeline.verl_agent.launch writes; missing ones fall back to environment variabl
                  sampling_seed reject the key)
 
 `run` reads the question from the row's `extra_info` and the trajectory index from verl's
-`session_id` (V1 trainer; 0 otherwise), runs pipeline.verl_agent.trajectory in a worker thread
+`session_id` (V1 trainer; 0 otherwise), runs pipeline.verl_agent.agent_run in a worker thread
 (the policy calls go back to this event loop through ServerManagerBackend; the Teacher and the
 judge are scored over HTTP with SGLangBackend), and returns one AgentLoopOutput per sample.
 verl's own sampling_params are not used: the rollout numbers come from params.yaml (the stage
@@ -33,10 +33,10 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
 from pipeline.config import load_params
-from pipeline.io import InputError
+from pipeline.errors import InputError
+from pipeline.verl_agent.agent_run import TeamSettings, question_row, run_trajectory, team_settings
 from pipeline.verl_agent.outputs import to_agent_loop_outputs
 from pipeline.verl_agent.server import ServerManagerBackend
-from pipeline.verl_agent.trajectory import TeamSettings, question_row, run_trajectory, team_settings
 
 AGENT_NAME = "multiagent_opd_team"
 _EXECUTOR: ThreadPoolExecutor | None = None

@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from pipeline.agents.records import SAMPLE_COLUMNS, TOKEN_COLUMNS
-from pipeline.io import InputError
+from pipeline.errors import InputError
 from pipeline.rl.checks import require_columns
 
 logger = logging.getLogger(__name__)

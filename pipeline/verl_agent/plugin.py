@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 
-import pipeline.rl.verl_registry  # noqa: F401  registers the estimator
+import pipeline.rl.advantages  # noqa: F401  registers the estimator
 import pipeline.verl_agent.loop  # noqa: F401  registers the agent loop
 
 V1_TRAINER = importlib.util.find_spec("transfer_queue") is not None

@@ -22,7 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText
-from pipeline.verl_agent.sampling import entry_seeds
+from pipeline.verl_agent.seeds import entry_seeds
 
 _FINISH = {"stop": "stop", "completed": "stop", "length": "length"}
 

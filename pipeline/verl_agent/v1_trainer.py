@@ -39,7 +39,7 @@ class MultiAgentOPDTrainer(PPOTrainerSync):
     @property
     def n_minibatches(self) -> int:
         if not hasattr(self, "_n_minibatches"):
-            self._n_minibatches = stage_train_config(self.config).n_minibatches
+            self._n_minibatches = stage_train_config(self.config).optim.n_minibatches
         return self._n_minibatches
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
-from pipeline.io import InputError, atomic_dir
+from pipeline.errors import InputError
 
 
 def build_tiny_qwen3(
@@ -60,13 +57,3 @@ def build_tiny_qwen3(
 def count_parameters(model: torch.nn.Module) -> int:
     """Unique trainable parameters (tied embeddings counted once)."""
     return sum(p.numel() for p in model.parameters())
-
-
-def save_hf_folder(
-    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike
-) -> Path:
-    """Write a standard HF folder (config.json, model.safetensors, tokenizer files) atomically."""
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-    return Path(out_dir)

@@ -1,26 +1,27 @@
-"""Numbers of the two team workflows (every one a params.yaml entry)."""
+"""Numbers of the two team workflows, every one a params.yaml entry (pipeline.config.workflow_config
+builds this record from `common.protocol` and a rollout section; nothing here has a default)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from pipeline.io import InputError
+from pipeline.errors import InputError
 
 
 @dataclass(frozen=True)
 class WorkflowConfig:
-    cascade_steps: int = 5  # environment steps of the cascade (Answerer step not counted)
-    hierarchy_steps: int = 12  # environment steps of the hierarchy (Answerer step not counted)
-    max_waves: int = 5  # Leader dispatch waves
-    max_parallel: int = 3  # tasks (Searchers) per wave
-    max_searcher_turns: int = 5  # generation turns of one Searcher
-    top_k: int = 3  # passages per search
-    n_candidates: int = 5  # Answerer candidates per request: 5 training, 1 evaluation
-    leader_max_new_tokens: int = 96
-    searcher_max_new_tokens: int = 64
-    answerer_max_new_tokens: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
+    cascade_steps: int  # environment steps of the cascade (Answerer step not counted)
+    hierarchy_steps: int  # environment steps of the hierarchy (Answerer step not counted)
+    max_waves: int  # Leader dispatch waves
+    max_parallel: int  # tasks (Searchers) per wave
+    max_searcher_turns: int  # generation turns of one Searcher
+    top_k: int  # passages per search
+    n_candidates: int  # Answerer candidates per request: 5 training, 1 evaluation
+    leader_max_new_tokens: int
+    searcher_max_new_tokens: int
+    answerer_max_new_tokens: int
+    temperature: float
+    top_p: float
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -16,24 +16,22 @@ faster with SDPA, so the kernel is switched for training only).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
-
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
-from pipeline.io import InputError
+from pipeline.basemodel.memory import trim_heap
+from pipeline.errors import InputError
 from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
-from pipeline.policy.memory import trim_heap
 
 LogFn = Callable[[int, dict], None]
 Example = tuple[str, str] | tuple[Sequence[int], Sequence[int]] | tuple[Sequence[int], Sequence[int], Sequence[int]]
 
 GRAD_CLIP = 1.0
-TRIM_EVERY = 100  # steps between handing freed heap memory back (policy.memory)
+TRIM_EVERY = 100  # steps between handing freed heap memory back (basemodel.memory)
 
 
 def _optimizer_and_schedule(

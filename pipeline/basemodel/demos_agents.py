@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from pipeline.agents.prompts import Prompts, ReportLine
 from pipeline.agents.protocol import Answer, AnswerWith, Dispatch, Report, Search, render_action
 from pipeline.agents.searcher import observation_text
-from pipeline.policy.demos_text import (
+from pipeline.basemodel.demos_text import (
     comparison_options,
     contains,
     find_sentence,

@@ -1,7 +1,7 @@
 """Scripted role demonstrations for the format warm-up of the tiny base model.
 
 `build_demos` plays both workflows on TRAINING questions with the rule-based team of
-`pipeline.policy.demos_agents` (real retriever, the questions' hops as the plan) until
+`pipeline.basemodel.demos_agents` (real retriever, the questions' hops as the plan) until
 every role has its quota of demonstrations. `demo_examples` turns them into
 (prompt ids, completion ids) pairs for `supervised_finetune`: a multi-turn Searcher
 demo becomes one example per turn whose prompt is the context so far (role prompt,
@@ -22,8 +22,7 @@ import pandas as pd
 from transformers import PreTrainedTokenizerBase
 
 from pipeline.agents.prompts import Prompts
-from pipeline.io import InputError
-from pipeline.policy.demos_agents import (
+from pipeline.basemodel.demos_agents import (
     CachedSearch,
     Demo,
     DemoRates,
@@ -33,6 +32,7 @@ from pipeline.policy.demos_agents import (
     cascade_episode,
     hierarchy_episode,
 )
+from pipeline.errors import InputError
 from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
 from pipeline.retrieval.base import Retriever
 

@@ -1,4 +1,5 @@
-"""Where every stage reads and writes, relative to the repository root (the DVC contract)."""
+"""Where every stage reads and writes, relative to the repository root (the DVC contract:
+dvc.yaml names the same paths)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,20 @@ class Paths:
     @property
     def validation(self) -> Path:
         return self.root / "data" / "validation"
+
+
+def model_dir(root: Path, weights: str) -> Path:
+    return root / "data" / "models" / weights
+
+
+def checkpoint_dir(root: Path, weights: str) -> Path:
+    """Checkpoints live outside the DVC output so a killed stage can resume from them."""
+    return root / "data" / "checkpoints" / weights
+
+
+def audit_dir(root: Path, name: str) -> Path:
+    return root / "data" / "audit" / name
+
+
+def eval_dir(root: Path, name: str) -> Path:
+    return root / "data" / "eval" / name

@@ -13,7 +13,8 @@ from typing import Iterable
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AddedToken, PreTrainedTokenizerFast
 
-from pipeline.io import InputError, atomic_dir
+from pipeline.errors import InputError
+from pipeline.io import atomic_dir
 
 EOS_TOKEN = "<|endoftext|>"  # also bos: documents are separated by it, GPT-2 style
 PAD_TOKEN = "<|pad|>"

@@ -21,20 +21,19 @@ import numpy as np
 import pandas as pd
 
 from pipeline.agents import run_workflow, to_tables
-from pipeline.agents.config import WorkflowConfig
 from pipeline.agents.prompts import Prompts
 from pipeline.agents.trajectory import Rollout
-from pipeline.config import Params
-from pipeline.io import InputError
+from pipeline.agents.workflow_config import WorkflowConfig
+from pipeline.config import Params, RewardParams
+from pipeline.errors import InputError
 from pipeline.policy.base import PolicyBackend
 from pipeline.retrieval.base import Retriever
 from pipeline.rl.judge import judge_searchers
-from pipeline.rl.modes import WORKFLOW, trained_roles
+from pipeline.rl.modes import TrainingMode, get_mode
 from pipeline.rl.rewards import answerer_correctness, compute_rewards, team_outcome
 from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.rl.train_params import train_config
-from pipeline.stages.train_stages import TEACHER_WEIGHTS
-from pipeline.verl_agent.sampling import trajectory_seed
+from pipeline.verl_agent.seeds import trajectory_seed
 
 
 @dataclass(frozen=True)
@@ -46,21 +45,28 @@ class TeamSettings:
     seed: int
     rollout: WorkflowConfig
     dev_rollout: WorkflowConfig
-    kl_coef: float
-    opd_beta: float
+    rewards: RewardParams
     judge_max_new_tokens: int
 
     @property
+    def training_mode(self) -> TrainingMode:
+        return get_mode(self.mode)
+
+    @property
     def workflow(self) -> str:
-        return WORKFLOW[self.mode]
+        return self.training_mode.workflow
+
+    @property
+    def opd_beta(self) -> float:
+        return self.rewards.opd_beta
 
     @property
     def needs_teacher(self) -> bool:
-        return TEACHER_WEIGHTS[self.mode] is not None
+        return self.training_mode.teacher is not None
 
     @property
     def needs_judge(self) -> bool:
-        return self.mode == "prompted_critic"
+        return self.training_mode.judge is not None
 
 
 def team_settings(params: Params, key: str) -> TeamSettings:
@@ -68,7 +74,7 @@ def team_settings(params: Params, key: str) -> TeamSettings:
     cfg = train_config(params, key)
     return TeamSettings(
         train_key=key, mode=cfg.mode, seed=cfg.seed, rollout=cfg.rollout, dev_rollout=cfg.dev_rollout,
-        kl_coef=cfg.kl_coef, opd_beta=cfg.opd_beta, judge_max_new_tokens=cfg.judge_max_new_tokens,
+        rewards=cfg.rewards, judge_max_new_tokens=cfg.judge_max_new_tokens,
     )
 
 
@@ -119,7 +125,7 @@ def run_trajectory(
         n_traj=1, seed=trajectory_seed(settings.seed, step, question["question_id"], k), prompts=prompts,
     )
     renumber(rollout, k)
-    samples, tokens = to_tables(rollout, trained_roles(settings.mode))
+    samples, tokens = to_tables(rollout, settings.training_mode.trained_roles)
     if dev:
         samples = team_outcome(answerer_correctness(samples))
         samples["reward"] = samples["r_em"].to_numpy(dtype=np.float64)
@@ -128,4 +134,4 @@ def run_trajectory(
         tokens = score_with_teacher(samples, tokens, teacher)
     if settings.needs_judge:
         samples, _ = judge_searchers(samples, judge, settings.judge_max_new_tokens)
-    return compute_rewards(samples, tokens, settings.mode, settings.kl_coef), tokens
+    return compute_rewards(samples, tokens, settings.training_mode, settings.rewards), tokens

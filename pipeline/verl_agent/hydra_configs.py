@@ -19,8 +19,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from pipeline.io import InputError
-from pipeline.rl.train_params import TRAIN_KEYS
+from pipeline.errors import InputError
+from pipeline.rl.modes import mode_of_key
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "verl"
 VERL_PRIMARY = "ppo_trainer"
@@ -47,8 +47,7 @@ def verl_defaults() -> DictConfig:
 
 
 def stage_file(key: str, config_dir: Path = CONFIG_DIR) -> Path:
-    if key not in TRAIN_KEYS:
-        raise InputError(f"stage: unknown key {key!r}; expected one of {', '.join(TRAIN_KEYS)}")
+    mode_of_key(key)
     path = Path(config_dir) / f"{key}.yaml"
     if not path.is_file():
         raise InputError(f"{path}: missing verl stage config")

@@ -27,11 +27,10 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from pipeline.io import InputError
-from pipeline.policy.demos import training_episodes
-from pipeline.policy.demos_text import find_sentence
+from pipeline.basemodel.demos import training_episodes
+from pipeline.basemodel.demos_text import find_sentence
+from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage, format_information
-
 
 Neighbours = Callable[[Sequence[str], int], list[list[Passage]]]  # passage texts, k -> nearest passages
 

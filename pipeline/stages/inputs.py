@@ -1,0 +1,74 @@
+"""What stages open: a split, the retriever of data/index, a model folder as a backend.
+Each fails with an InputError naming the missing file and the stage that makes it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.errors import InputError
+from pipeline.paths import Paths
+
+SGLANG_URL_ENV = "MAOPD_SGLANG_URL"  # base URL of a running SGLang server, e.g. http://127.0.0.1:30000
+
+
+def read_split(root: Path, name: str) -> pd.DataFrame:
+    """data/splits/<name>.parquet."""
+    path = Paths(root).split(name)
+    if not path.is_file():
+        raise InputError(f"{path}: split not found; run the `splits` stage first")
+    return pd.read_parquet(path)
+
+
+def open_retriever(root: Path):
+    """The dense retriever of data/index (its encoder named in index.json)."""
+    from pipeline.retrieval.retriever import DenseRetriever
+
+    index_dir = Paths(root).index
+    if not (index_dir / "index.json").is_file():
+        raise InputError(f"{index_dir}: index folder missing (expected index.json); run the `index` stage")
+    return DenseRetriever.from_dir(index_dir)
+
+
+def _require_model(model_dir: Path) -> None:
+    if not ((model_dir / "config.json").is_file() or (model_dir / "model_ref.json").is_file()):
+        raise InputError(f"{model_dir}: model folder missing (expected config.json or model_ref.json); "
+                         "train or build it first")
+
+
+def open_policy(model_dir: Path, max_batch_size: int = 256):
+    """A model folder as an in-process backend in float32, on the GPU when there is one:
+    what training updates, and what rolls out the base model's checks."""
+    import torch
+
+    from pipeline.policy.hf_backend import HFBackend
+    from pipeline.policy.model_ref import resolve_model_dir
+
+    _require_model(Path(model_dir))
+    return HFBackend(resolve_model_dir(model_dir), device="cuda" if torch.cuda.is_available() else "cpu",
+                     max_batch_size=max_batch_size)
+
+
+def open_eval_backend(model_dir: Path):
+    """The evaluation's backend: in process (bfloat16 on the GPU when there is one), or, when
+    $MAOPD_SGLANG_URL names a running SGLang server, that server, switched to the weights of
+    `model_dir` when it serves another folder (docs/serving.md)."""
+    from pipeline.policy.model_ref import resolve_model_dir
+
+    _require_model(Path(model_dir))
+    weights = resolve_model_dir(model_dir)
+    url = os.environ.get(SGLANG_URL_ENV, "").strip()
+    if url:
+        from pipeline.policy.sglang_backend import SGLangBackend
+
+        backend = SGLangBackend(url, weights)
+        backend.ensure_weights(weights)
+        return backend
+    import torch
+
+    from pipeline.policy.hf_backend import HFBackend
+
+    cuda = torch.cuda.is_available()
+    return HFBackend(str(weights), device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None)
