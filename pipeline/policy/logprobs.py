@@ -95,3 +95,23 @@ def response_logprobs(
     logp = logprobs_from_logits(logits, labels, inplace_backward=not compute_entropy)
     entropy = entropy_from_logits(logits) if compute_entropy else None
     return logp, entropy
+
+
+def response_kl(
+    student: torch.nn.Module, teacher: torch.nn.Module, batch: PromptResponseBatch, temperature: float = 1.0
+) -> torch.Tensor:
+    """KL(student(.|h_t) || teacher(.|h_t)) over the full vocabulary at every response position,
+    (B, response_length); both models teacher-forced on the same batch, no gradients.
+    Values on padding are meaningless: mask them."""
+    if temperature <= 0:
+        raise InputError(f"temperature: expected > 0, got {temperature}")
+    width = batch.response_length
+    logps = []
+    with torch.inference_mode():
+        for model in (student, teacher):
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           position_ids=batch.position_ids, use_cache=False,
+                           logits_to_keep=width + 1).logits[:, -width - 1 : -1, :].float()
+            logps.append(torch.log_softmax(logits / temperature, dim=-1))
+    student_logp, teacher_logp = logps
+    return (student_logp.exp() * (student_logp - teacher_logp)).sum(-1)

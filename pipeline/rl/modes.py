@@ -92,7 +92,7 @@ MODES: Mapping[str, TrainingMode] = MappingProxyType({m.name: m for m in (
                  _roles(leader=_LEADER, searcher=RolePolicy("none"), answerer=_ANSWERER), "none", teacher="teacher"),
     TrainingMode("prompted_critic", "prompted_critic", "hierarchy",
                  _roles(leader=_LEADER, searcher=RolePolicy("grpo", "question", "sample"), answerer=_ANSWERER),
-                 "critic", judge="base"),
+                 "critic", teacher="teacher", judge="base"),
 )})
 BY_TRAIN_KEY: Mapping[str, TrainingMode] = MappingProxyType({m.train_key: m for m in MODES.values()})
 
