@@ -85,6 +85,7 @@ def control_config(mode: str, *, lr: float, questions: int = 4, trajectories: in
         mode=mode, steps=1, seed=seed, questions_per_batch=questions, trajectories_per_question=trajectories,
         lr=lr, entropy_coef=0.0, eval_every=1_000, dev_questions=1, checkpoint_every=1_000, audit_every=1_000,
         judge_max_new_tokens=8, rollout=cfg, dev_rollout=replace(cfg, n_candidates=1), optim=OPTIM, rewards=REWARDS,
+        reference_seed=0,
     )
 
 

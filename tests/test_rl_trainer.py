@@ -99,7 +99,7 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
         mode=mode, steps=steps, seed=7, questions_per_batch=2, trajectories_per_question=2, lr=1e-3,
         entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
         judge_max_new_tokens=8, rollout=rollout, dev_rollout=replace(rollout, n_candidates=1),
-        optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS,
+        optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS, reference_seed=11,
     )
     values.update(overrides)
     return TrainConfig(**values)

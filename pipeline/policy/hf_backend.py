@@ -126,23 +126,58 @@ class HFBackend(TokenizerText):
                 flat.extend(self._generate_batch(rows[start : start + self.max_batch_size], params, generator))
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
+    def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """KV cache, last-token logits, attention mask and last position of every row.
+
+        Each distinct prompt is prefilled once (an Answerer's candidates and the runs of one
+        question repeat prompts) and copied to its rows. Distinct prompts are prefilled in
+        sub-batches of similar length (at most `max_batch_tokens` padded tokens each), whose caches
+        are then left-padded to one width: padding then costs only the decode's attention, not
+        the prefill's linear layers, which dominate a tiny model's rollout on CPU."""
+        distinct: dict[tuple[int, ...], int] = {}
+        row_prompt = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]
+        prompts = list(distinct)
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        parts, part = [], []
+        for i in order:
+            if part and (len(part) + 1) * len(prompts[i]) > self.max_batch_tokens:
+                parts.append(part)
+                part = []
+            part.append(i)
+        parts.append(part)
+        width = max(len(p) for p in prompts)
+        layers: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
+        logits, masks, positions, prompt_ids = [], [], [], []
+        for part in parts:
+            batch = pack_prompt_response([prompts[i] for i in part], [[] for _ in part], self.pad_id, self.device)
+            w = batch.input_ids.shape[1] - batch.response_length
+            cache = DynamicCache(config=self.model.config)
+            logits.append(self.model(
+                input_ids=batch.input_ids[:, :w], attention_mask=batch.attention_mask[:, :w],
+                position_ids=batch.position_ids[:, :w], past_key_values=cache, use_cache=True, logits_to_keep=1,
+            ).logits[:, -1])
+            left = width - w
+            masks.append(torch.nn.functional.pad(batch.attention_mask[:, :w], (left, 0)))
+            positions.append(batch.position_ids[:, w - 1])
+            for k, layer in enumerate(cache.layers):
+                if len(layers) <= k:
+                    layers.append(([], []))
+                layers[k][0].append(torch.nn.functional.pad(layer.keys, (0, 0, left, 0)))
+                layers[k][1].append(torch.nn.functional.pad(layer.values, (0, 0, left, 0)))
+            prompt_ids += part
+        # rows -> their prompt's place in the prefilled order
+        place = torch.empty(len(prompts), dtype=torch.long)
+        place[torch.tensor(prompt_ids)] = torch.arange(len(prompt_ids))
+        index = place[torch.tensor(row_prompt)].to(self.device)
+        cache = DynamicCache(config=self.model.config)
+        for k, (keys, values) in enumerate(layers):
+            cache.update(torch.cat(keys)[index], torch.cat(values)[index], k)
+        return cache, torch.cat(logits)[index], torch.cat(masks)[index], torch.cat(positions)[index]
+
     def _generate_batch(
         self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
     ) -> list[Generation]:
-        batch = pack_prompt_response(rows, [[] for _ in rows], self.pad_id, self.device)
-        prompt_width = batch.input_ids.shape[1] - batch.response_length
-        attention_mask = batch.attention_mask[:, :prompt_width]
-        position = batch.position_ids[:, prompt_width - 1]
-        cache = DynamicCache(config=self.model.config)
-        logits = self.model(
-            input_ids=batch.input_ids[:, :prompt_width],
-            attention_mask=attention_mask,
-            position_ids=batch.position_ids[:, :prompt_width],
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1]
-
+        cache, logits, attention_mask, position = self._prefill(rows)
         stop_checker = StopStringChecker(self.tokenizer, params.stop)
         tokens_of = [[] for _ in rows]
         logps_of = [[] for _ in rows]

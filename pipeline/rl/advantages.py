@@ -135,11 +135,12 @@ def compute_multiagent_opd_advantage(
 @dataclass(frozen=True)
 class Units:
     """The GRPO reward units of a batch: each row's unit (NO_UNIT for none), and per unit
-    its reward and its group."""
+    its reward, its group and the role it rewards."""
 
     row_unit: np.ndarray  # (n_samples,) int
     reward: np.ndarray  # (U,) float64
     group: np.ndarray  # (U,) int
+    role: np.ndarray  # (U,) str
 
 
 def grpo_units(samples: pd.DataFrame, mode: TrainingMode) -> Units:
@@ -181,10 +182,10 @@ def grpo_units(samples: pd.DataFrame, mode: TrainingMode) -> Units:
         groups.append(per_unit[["workflow", "scope"]].assign(role=role))
         n_units += len(per_unit)
     if not groups:
-        return Units(row_unit, np.zeros(0), np.zeros(0, dtype=np.int64))
+        return Units(row_unit, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
     keys = pd.concat(groups, ignore_index=True)
     group = keys.groupby(["role", "workflow", "scope"], sort=False).ngroup().to_numpy(dtype=np.int64)
-    return Units(row_unit, np.concatenate(rewards), group)
+    return Units(row_unit, np.concatenate(rewards), group, keys["role"].to_numpy(dtype=object))
 
 
 def trained_mask(samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode) -> np.ndarray:

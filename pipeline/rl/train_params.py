@@ -36,6 +36,7 @@ class TrainConfig:
     dev_rollout: WorkflowConfig  # dev evaluation: the same sampling with 1 Answerer candidate
     optim: OptimParams  # common.optim
     rewards: RewardParams  # common.rewards
+    reference_seed: int  # the fixed dev Searcher contexts of the KL diagnostic (<profile>.eval.seed)
 
     def fingerprint(self) -> str:
         """Hash of every number that shapes the run except `steps` (a longer run may resume)."""
@@ -68,4 +69,5 @@ def train_config(params: Params, key: str) -> TrainConfig:
         dev_rollout=workflow_config(params, shared.rollout, common.protocol.eval_candidates),
         optim=common.optim,
         rewards=common.rewards,
+        reference_seed=params.eval.seed,
     )

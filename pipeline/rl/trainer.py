@@ -25,8 +25,11 @@ Metric keys (per step): reward_leader, reward_searcher, reward_answerer (mean `r
 role's samples; absent where the role has no scalar reward, e.g. OPD Searchers), kl_to_teacher
 (token mean of old_logp - teacher_logp over scored loss tokens), entropy, clip_fraction, pg_loss
 (means over the minibatches), tokens_per_second (generated tokens of the rollout / step wall
-time), judge_unparsable; dev metrics (at completed-step counts): dev_em (strict extraction),
-dev_no_search_share, format_failure_rate, searches_per_workflow.
+time), judge_unparsable, and the diagnostics of pipeline.rl.diagnostics (zero_adv_groups_<role>,
+abs_adv_<role>_<grpo|opd>, searcher_kl_sampled, no_search_share); dev metrics (at completed-step
+counts): dev_em (strict extraction), dev_no_search_share, format_failure_rate,
+searches_per_workflow, and for Stage-II runs dev_searcher_kl (token-mean KL of the policy to the
+Stage-I Teacher on fixed dev Searcher contexts).
 Training metrics of step s are logged at MLflow step s; dev metrics after k updates at step k.
 """
 
@@ -57,7 +60,8 @@ from pipeline.rl.batch import pad_column
 from pipeline.rl.checkpoint import load_latest, save_checkpoint
 from pipeline.rl.judge import judge_searchers
 from pipeline.rl.loss import minibatches, policy_loss
-from pipeline.rl.modes import get_mode
+from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_contexts, searcher_kl
+from pipeline.rl.modes import TrainingMode, get_mode
 from pipeline.rl.rewards import compute_rewards
 from pipeline.rl.teacher_scoring import sample_token_ids, score_with_teacher
 from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig
@@ -77,6 +81,9 @@ class TrainInputs:
     judge: PolicyBackend | None = None
     checkpoint_dir: Path | None = None
     audit_dir: Path | None = None
+    # The Stage-I Teacher, for the dev KL diagnostic of Stage-II runs (the same for every
+    # Stage-II system, whichever Teacher its mode trains with); None: no KL diagnostic
+    reference: HFBackend | None = None
     # checkpoint.inputs_fingerprint of the weights and questions, so a checkpoint made from
     # other inputs is not resumed
     inputs_fingerprint: str = ""
@@ -203,8 +210,9 @@ def ppo_update(
 # --------------------------------------------------------------------------- metrics
 
 
-def batch_metrics(batch: Batch) -> dict[str, float]:
-    """Mean reward per role and the token-mean KL of the student to the Teacher."""
+def batch_metrics(batch: Batch, mode: TrainingMode) -> dict[str, float]:
+    """Mean reward per role, the token-mean KL of the student to the Teacher, and the advantage
+    diagnostics of pipeline.rl.diagnostics."""
     out: dict[str, float] = {}
     rewards = batch.samples.groupby("role")["reward"].mean()
     for role in ("leader", "searcher", "answerer"):
@@ -217,12 +225,15 @@ def batch_metrics(batch: Batch) -> dict[str, float]:
     out["samples"] = float(len(batch.samples))
     out["loss_tokens"] = float((tok["loss_mask"] > 0).sum())
     out["judge_unparsable"] = float(batch.judge_unparsable)
+    out.update(advantage_diagnostics(batch.samples, tok, mode))
     return out
 
 
-def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs) -> dict[str, float]:
+def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | None = None) -> dict[str, float]:
     """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow;
-    one trajectory and one Answerer candidate per question, the same seed at every evaluation."""
+    one trajectory and one Answerer candidate per question, the same seed at every evaluation.
+    With fixed Searcher `contexts` and a reference Teacher: dev_searcher_kl, the token-mean
+    KL(policy || reference) on them."""
     questions = inputs.dev_questions.iloc[: cfg.dev_questions]
     rollout = run_workflow(
         get_mode(cfg.mode).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
@@ -234,7 +245,20 @@ def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs) -> dict[str, float]:
         "dev_no_search_share": float((records["search_actions"] == 0).mean()),
         "format_failure_rate": float(records["format_failure"].mean()),
         "searches_per_workflow": float(records["search_actions"].mean()),
-    }
+    } | ({} if contexts is None or inputs.reference is None else {
+        "dev_searcher_kl": searcher_kl(inputs.policy.model, inputs.reference.model, contexts, inputs.policy.pad_id,
+                                       inputs.policy.device, inputs.policy.max_batch_tokens),
+    })
+
+
+def reference_contexts(cfg: TrainConfig, inputs: TrainInputs) -> Contexts | None:
+    """The fixed Searcher contexts of the dev KL diagnostic: the reference Teacher's own Searcher
+    calls in the hierarchy on the dev questions, at dev sampling with `reference_seed`."""
+    if inputs.reference is None:
+        return None
+    rollout = run_workflow("hierarchy", inputs.dev_questions.iloc[: cfg.dev_questions], inputs.reference,
+                           inputs.retriever, cfg.dev_rollout, n_traj=1, seed=cfg.reference_seed)
+    return searcher_contexts(rollout)
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:
@@ -262,8 +286,9 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) ->
         if log_fn is not None:
             log_fn(step, metrics)
 
+    contexts = reference_contexts(cfg, inputs)
     if start == 0:
-        log(0, dev_evaluate(cfg, inputs))
+        log(0, dev_evaluate(cfg, inputs, contexts))
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.mode}", initial=start, total=cfg.steps, leave=False)
     for step in bar:
         began = time.perf_counter()
@@ -272,13 +297,13 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) ->
             write_audit(inputs.audit_dir, step, batch.samples, batch.tokens, policy.decode)
         update = ppo_update(model, optimizer, policy, batch, cfg, _seed(cfg.seed, step, 2))
         seconds = time.perf_counter() - began
-        metrics = {**batch_metrics(batch), **update, "tokens_per_second": batch.generated_tokens / seconds,
+        metrics = {**batch_metrics(batch, get_mode(cfg.mode)), **update, "tokens_per_second": batch.generated_tokens / seconds,
                    "step_seconds": seconds}
         log(step, metrics)
         bar.set_postfix(pg_loss=f"{update['pg_loss']:.3g}", sec=f"{seconds:.1f}")
         done = step + 1
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            log(done, dev_evaluate(cfg, inputs))
+            log(done, dev_evaluate(cfg, inputs, contexts))
         if inputs.checkpoint_dir is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(inputs.checkpoint_dir, done, model, policy.tokenizer, optimizer, fingerprint,
                             keep=KEEP_CHECKPOINTS)

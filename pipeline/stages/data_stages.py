@@ -86,7 +86,11 @@ def run_validate_splits(params: Params, root: Path) -> dict:
     outcome = validate_splits(
         frames["train"], frames["dev"], frames["test"], dict(params.data.test_quotas), docs_dir
     )
-    summary = {"success": outcome.success, "failures": outcome.failures, "results": outcome.results}
+    results = dict(outcome.results)
+    docs = Path(results.get("data_docs", ""))
+    if docs.is_absolute() and docs.is_relative_to(root.resolve()):
+        results["data_docs"] = docs.relative_to(root.resolve()).as_posix()  # no machine path in an output
+    summary = {"success": outcome.success, "failures": outcome.failures, "results": results}
     out = paths.validation / "splits.json"
     write_json(out, summary)
     with stage_run("validate_splits", params.profile) as mlf:

@@ -27,6 +27,8 @@ from pipeline.stages.inputs import open_policy, open_retriever, read_split
 from pipeline.systems import ABLATIONS, trained_by
 from pipeline.tracking import stage_run
 
+REFERENCE_TEACHER = "teacher"  # data/models/teacher: the Stage-I weights
+
 
 def train_system(params: Params, root: Path, key: str, run_name: str) -> dict:
     """Train the system of `train.systems.<key>` and save its weights."""
@@ -36,13 +38,18 @@ def train_system(params: Params, root: Path, key: str, run_name: str) -> dict:
     base = model_dir(root, "base")
     train_questions, dev_questions = read_split(root, "train"), read_split(root, "dev")
     weights = [base] + ([model_dir(root, mode.teacher)] if mode.teacher else [])
+    teacher = open_policy(model_dir(root, mode.teacher)) if mode.teacher else None
+    reference = None  # the Stage-I Teacher, for the dev KL diagnostic of every Stage-II system
+    if mode.workflow == "hierarchy":
+        reference = teacher if mode.teacher == REFERENCE_TEACHER else open_policy(model_dir(root, REFERENCE_TEACHER))
     inputs = TrainInputs(
         policy=open_policy(base),
         retriever=open_retriever(root),
         train_questions=train_questions,
         dev_questions=dev_questions,
-        teacher=open_policy(model_dir(root, mode.teacher)) if mode.teacher else None,
+        teacher=teacher,
         judge=open_policy(model_dir(root, mode.judge)) if mode.judge else None,
+        reference=reference,
         checkpoint_dir=checkpoint_dir(root, target.weights),
         audit_dir=audit_dir(root, target.name),
         inputs_fingerprint=inputs_fingerprint(
