@@ -108,7 +108,7 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
 def make_inputs(tokenizer, mode: str, tmp: Path, model=None, teacher_seed: int | None = 1) -> TrainInputs:
     policy = ScriptedHFBackend(model if model is not None else tiny_model(tokenizer, 0), tokenizer)
     teacher = None
-    if mode != "stage1" and mode != "prompted_critic" and teacher_seed is not None:
+    if mode != "stage1" and teacher_seed is not None:
         teacher = HFBackend(tiny_model(tokenizer, teacher_seed), tokenizer)
     judge = None
     if mode == "prompted_critic":
