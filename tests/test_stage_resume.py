@@ -184,9 +184,9 @@ def test_sigkilled_training_stage_resumes_with_its_whole_history(prepared):
 
     killed = _copy(prepared, "killed")
     proc = _teacher(killed, prepared)
-    first_checkpoint = killed / "data" / "checkpoints" / "teacher" / "step-0001" / "checkpoint.json"
+    first_checkpoint = killed / "data" / "checkpoints" / "teacher" / "step-0001"  # appears complete (atomic_dir)
     deadline = time.monotonic() + 300
-    while not first_checkpoint.is_file():
+    while not first_checkpoint.is_dir():
         assert proc.poll() is None, f"the stage ended before its first checkpoint: {proc.stderr.read()[-3000:]}"
         assert time.monotonic() < deadline, "no checkpoint after 300 s"
         time.sleep(0.02)
