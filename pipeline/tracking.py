@@ -7,13 +7,18 @@ The tracking URI is `sqlite:///<repo>/mlflow.db` unless MLFLOW_TRACKING_URI is s
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import signal
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
 
 
 def tracking_uri(root: Path | None = None) -> str:
@@ -76,61 +81,237 @@ def ensure_experiment(profile: str, uri: str, artifacts: str) -> str:
     return name
 
 
+# Tags of the process that holds a run, so the next start on this host can tell a run whose
+# process died (SIGKILL, power loss) from one still running.
+HOST_TAG, PID_TAG, PID_STARTED_TAG = "host", "pid", "pid_started"
+ATTEMPT_TAG = "attempt"  # 1 for a new run, +1 each time a resumed stage continues it
+END_REASON_TAG = "end_reason"  # why a run ended FAILED or KILLED
+
+
+class StageTerminated(SystemExit):
+    """SIGTERM reached a stage: raised in its main thread so that its MLflow run ends KILLED;
+    the process exits with 143 (128 + SIGTERM), as it would have without the handler."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise StageTerminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises StageTerminated inside the block (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def process_started(pid: int) -> str:
+    import psutil
+
+    return f"{psutil.Process(pid).create_time():.2f}"
+
+
+def _alive(pid: str | None, started: str | None) -> bool:
+    """Whether the process that tagged a run still runs (and is the same process, not a new
+    one that reuses its pid)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(int(pid or ""))
+        return proc.status() != psutil.STATUS_ZOMBIE and f"{proc.create_time():.2f}" == started
+    except (ValueError, psutil.Error):
+        return False
+
+
+def _last_activity(client: Any, run: Any) -> int:
+    """The time of a run's last logged metric (ms), or its start."""
+    times = [run.info.start_time or 0]
+    for key in run.data.metrics:
+        times += [m.timestamp for m in client.get_metric_history(run.info.run_id, key)]
+    return max(times)
+
+
+def mark_dead_runs(client: Any, experiment_id: str) -> list[str]:
+    """Mark KILLED the RUNNING runs of the experiment that a process of this host held and
+    that process is gone (killed by SIGKILL, the OOM killer, a power cut: nothing could end the
+    run then). The end time is the run's last logged activity. Returns their ids. Runs of other
+    hosts are left alone: their liveness cannot be seen from here."""
+    host = socket.gethostname()
+    dead = []
+    for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != host or _alive(tags.get(PID_TAG), tags.get(PID_STARTED_TAG)):
+            continue
+        client.set_tag(run.info.run_id, END_REASON_TAG,
+                       f"process {tags.get(PID_TAG)} on {host} was gone at the next stage start")
+        client.set_terminated(run.info.run_id, "KILLED", end_time=_last_activity(client, run))
+        dead.append(run.info.run_id)
+    return dead
+
+
+def _resumable(client: Any, experiment_id: str, run_id: str | None) -> Any:
+    """The run `run_id` if it can be continued (in the store, in this experiment, not deleted)."""
+    from mlflow.exceptions import MlflowException
+
+    if not run_id:
+        return None
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        log.warning("MLflow run %s (from the checkpoint) is not in the store; a new run gets the history", run_id)
+        return None
+    if run.info.experiment_id != experiment_id or run.info.lifecycle_stage != "active":
+        log.warning("MLflow run %s (from the checkpoint) is %s in experiment %s; a new run gets the history",
+                    run_id, run.info.lifecycle_stage, run.info.experiment_id)
+        return None
+    return run
+
+
+def _log_params(mlf: Any, params: Mapping[str, Any], logged: Mapping[str, str]) -> None:
+    """Log params; on a continued run, values that changed since (e.g. more steps) go to the
+    tag `params_changed` instead, since MLflow keeps a run's params fixed."""
+    flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
+    changed = [f"{k}: {logged[k]} -> {v}" for k, v in flat.items() if k in logged and logged[k] != v]
+    items = [(k, v) for k, v in flat.items() if k not in logged]
+    for i in range(0, len(items), 100):
+        mlf.log_params(dict(items[i : i + 100]))
+    if changed:
+        mlf.set_tag("params_changed", "; ".join(changed)[:5000])
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
-              tags: Mapping[str, str] | None = None, root: Path | None = None) -> Iterator[Any]:
-    """Open an MLflow run named after the stage, with params and the standard tags.
+              tags: Mapping[str, str] | None = None, root: Path | None = None,
+              resume_run_id: str | None = None) -> Iterator[Any]:
+    """The MLflow run of one stage, open for the whole `with` block; yields the mlflow module,
+    so callers write `mlf.log_metric(...)` inside the block.
 
-    Yields the mlflow module, so callers write `mlf.log_metric(...)` inside the block.
+    A new run is named after the stage and carries params and the standard tags. With
+    `resume_run_id` (the run a checkpoint was written under) that run is continued instead,
+    its metrics kept, when the store still holds it. The run ends FINISHED, FAILED on an
+    exception, or KILLED on SIGTERM or Ctrl-C; runs of this host whose process died without
+    ending them are marked KILLED when any stage starts.
     """
     import mlflow
+    from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri(tracking_uri(root))
-    name = ensure_experiment(profile, tracking_uri(root), artifact_root(root))
-    mlflow.set_experiment(name)
-    with mlflow.start_run(run_name=stage):
-        mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root), **(tags or {})})
-        if params:
-            flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
-            items = list(flat.items())
-            for i in range(0, len(items), 100):
-                mlflow.log_params(dict(items[i : i + 100]))
-        yield mlflow
+    uri = tracking_uri(root)
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.set_experiment(ensure_experiment(profile, uri, artifact_root(root)))
+    client = MlflowClient(tracking_uri=uri)
+    mark_dead_runs(client, experiment.experiment_id)
+    previous = _resumable(client, experiment.experiment_id, resume_run_id)
+    with _sigterm_raises():
+        if previous is not None:
+            run_id = previous.info.run_id
+            mlflow.start_run(run_id=run_id)
+            attempt = int(previous.data.tags.get(ATTEMPT_TAG, "1")) + 1
+            logged = previous.data.params
+            if END_REASON_TAG in previous.data.tags:  # how the previous attempt ended, kept under its number
+                client.set_tag(run_id, f"attempt_{attempt - 1}_end", previous.data.tags[END_REASON_TAG])
+                client.delete_tag(run_id, END_REASON_TAG)
+        else:
+            mlflow.start_run(run_name=stage)
+            attempt, logged = 1, {}
+        try:
+            pid = os.getpid()
+            mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root), **(tags or {}),
+                             ATTEMPT_TAG: str(attempt), HOST_TAG: socket.gethostname(), PID_TAG: str(pid),
+                             PID_STARTED_TAG: process_started(pid)})
+            if params:
+                _log_params(mlflow, params, logged)
+            yield mlflow
+        except (StageTerminated, KeyboardInterrupt) as e:
+            reason = "SIGTERM" if isinstance(e, StageTerminated) else "interrupted (SIGINT)"
+            log.warning("stage %s: %s; its MLflow run %s ends KILLED", stage, reason, mlflow.active_run().info.run_id)
+            mlflow.set_tag(END_REASON_TAG, reason)
+            mlflow.end_run("KILLED")
+            raise
+        except BaseException as e:
+            mlflow.set_tag(END_REASON_TAG, f"{type(e).__name__}: {e}"[:5000])
+            mlflow.end_run("FAILED")
+            raise
+        else:
+            mlflow.end_run("FINISHED")
 
 
 class CurveLogger:
     """A training curve for the active MLflow run, sent `every` steps in one batch instead
     of one synchronous call per step (~3 ms each on the SQLite store: seconds over a few
     thousand steps). Use as `log_fn(step, metrics)`; `flush()` (or leaving the `with`
-    block) sends the rest."""
+    block) sends the rest. Keys are `<prefix>_<metric>`, or the metric's own name without a
+    prefix.
 
-    def __init__(self, mlf: Any, prefix: str, every: int = 100):
+    A resumable stage passes `every=None` and flushes after each checkpoint, so the store
+    holds only points some checkpoint holds too: a resumed run re-logs no step. It then
+    calls `restore(history)` with the checkpoint's history, which sends the points the run
+    lacks (those of a process killed between its checkpoint and its flush, or all of them
+    when the store lost the run)."""
+
+    def __init__(self, mlf: Any, prefix: str = "", every: int | None = 100):
         from mlflow.entities import Metric
 
-        if every < 1:
-            raise ValueError(f"every: expected >= 1, got {every}")
+        if every is not None and every < 1:
+            raise ValueError(f"every: expected >= 1 or None, got {every}")
         self._metric = Metric
         self._mlf, self._prefix, self._every = mlf, prefix, every
         self._pending: list[Any] = []
         self._steps = 0
 
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}_{name}" if self._prefix else name
+
     def __call__(self, step: int, metrics: Mapping[str, float]) -> None:
         now = int(time.time() * 1000)
-        self._pending += [self._metric(f"{self._prefix}_{k}", float(v), now, step) for k, v in metrics.items()]
+        self._pending += [self._metric(self._key(k), float(v), now, step) for k, v in metrics.items()]
         self._steps += 1
-        if self._steps % self._every == 0:
+        if self._every is not None and self._steps % self._every == 0:
             self.flush()
 
-    def flush(self) -> None:
-        from mlflow.tracking import MlflowClient
-
+    def _run_id(self) -> str:
         run = self._mlf.active_run()
         if run is None:
             raise RuntimeError("CurveLogger: no active MLflow run to log the curve to")
-        client = MlflowClient()
-        for start in range(0, len(self._pending), 1000):  # MLflow's limit per batch
-            client.log_batch(run.info.run_id, metrics=self._pending[start : start + 1000])
+        return run.info.run_id
+
+    def _send(self, metrics: list[Any]) -> None:
+        from mlflow.tracking import MlflowClient
+
+        run_id, client = self._run_id(), MlflowClient()
+        for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+    def flush(self) -> None:
+        self._send(self._pending)
         self._pending = []
+
+    def restore(self, history: list[Mapping[str, float]]) -> int:
+        """Send the points of `history` ({"step": s, **metrics}) whose (key, step) the active
+        run lacks; returns how many were sent."""
+        from mlflow.tracking import MlflowClient
+
+        run_id, client = self._run_id(), MlflowClient()
+        now = int(time.time() * 1000)
+        present: dict[str, set[int]] = {}
+        missing = []
+        for point in history:
+            step = int(point["step"])
+            for name, value in point.items():
+                if name == "step":
+                    continue
+                key = self._key(name)
+                if key not in present:
+                    present[key] = {m.step for m in client.get_metric_history(run_id, key)}
+                if step not in present[key]:
+                    missing.append(self._metric(key, float(value), now, step))
+                    present[key].add(step)
+        self._send(missing)
+        return len(missing)
 
     def __enter__(self) -> "CurveLogger":
         return self

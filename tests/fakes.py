@@ -8,6 +8,7 @@ deterministic fake log-probs. It counts every call and batch size.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -84,6 +85,29 @@ class FakeBackend:
         return [
             [fake_logprob(t + len(p), i) - 0.01 for i, t in enumerate(r)] for p, r in zip(prompts, responses)
         ]
+
+
+class SeededBackend(FakeBackend):
+    """FakeBackend whose samples depend on the sampling seed, as a real backend's do:
+    `script(context, draw)` gets a number drawn from (params.seed, the prompt's place in the
+    batch, the sample's index), so a call made with another seed gives other completions."""
+
+    def __init__(self, script: Callable[[str, int], str]) -> None:
+        super().__init__(lambda context: "")
+        self.seeded_script = script
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
+    ) -> list[list[Generation]]:
+        self.generate_calls.append({"batch": len(prompts), "n": n, "params": params})
+        out = []
+        for i, prompt in enumerate(prompts):
+            context = self.decode(prompt)
+            self.contexts.append(context)
+            draws = [int.from_bytes(hashlib.sha256(f"{params.seed}/{i}/{k}".encode()).digest()[:4], "big")
+                     for k in range(n)]
+            out.append([self._sample(self.seeded_script(context, d), params) for d in draws])
+        return out
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pipeline.errors import InputError
 from pipeline.eval.run import evaluate_system, shard_path, shard_seed
 from pipeline.eval.scoring import RECORD_COLUMNS, run_of
 from tests.configs import workflow_cfg
-from tests.fakes import FakeBackend, FakeRetriever, TeamScript, field_of, make_questions, role_of
+from tests.fakes import FakeBackend, FakeRetriever, SeededBackend, TeamScript, field_of, make_questions, role_of
 
 CFG = workflow_cfg(n_candidates=1, leader_max_new_tokens=400, searcher_max_new_tokens=300,
                    answerer_max_new_tokens=100)
@@ -41,6 +41,16 @@ class Script:
             return self.team(context)
         number = int(re.search(r"place (\d+)", field_of(context, "Question")).group(1))
         return ANSWERS[number % 4]
+
+
+class SeededScript(Script):
+    """Script whose Answerer output also depends on the sampling draw (SeededBackend)."""
+
+    def __call__(self, context: str, draw: int = 0) -> str:
+        if role_of(context) != "answerer":
+            return self.team(context)
+        number = int(re.search(r"place (\d+)", field_of(context, "Question")).group(1))
+        return ANSWERS[(number + draw) % 4]
 
 
 def _evaluate(tmp_path, n=8, shard=3, backend=None, **kw):
@@ -98,25 +108,45 @@ class Killed(RuntimeError):
     pass
 
 
+def _seeded(tmp_path, **kw):
+    return _evaluate(tmp_path, n=10, shard=3, backend=SeededBackend(SeededScript()), **kw)
+
+
+def _kill_after_second(index, records):
+    if index == 1:
+        raise Killed()
+
+
 def test_kill_after_k_shards_then_resume_loses_and_duplicates_nothing(tmp_path):
-    reference = _evaluate(tmp_path / "clean", n=10, shard=3).records
-
-    def kill_after_second(index, records):
-        if index == 1:
-            raise Killed()
-
+    """With a backend whose samples depend on the seed, so a resumed shard run with another
+    seed than the uninterrupted run's would give other records."""
+    reference = _seeded(tmp_path / "clean").records
+    assert reference["strict_answer"].nunique() > 1  # the draws really change the answers
     with pytest.raises(Killed):
-        _evaluate(tmp_path / "run", n=10, shard=3, on_shard=kill_after_second)
+        _seeded(tmp_path / "run", on_shard=_kill_after_second)
     assert shard_path(tmp_path / "run", 1).is_file() and not shard_path(tmp_path / "run", 2).exists()
     assert not (tmp_path / "run" / "records.parquet").exists()
 
     resumed_shards: list[int] = []
-    result = _evaluate(tmp_path / "run", n=10, shard=3, on_shard=lambda i, r: resumed_shards.append(i))
+    result = _seeded(tmp_path / "run", on_shard=lambda i, r: resumed_shards.append(i))
     assert resumed_shards == [2, 3] and result.reused == 2 and result.computed == 2
     records = pd.read_parquet(tmp_path / "run" / "records.parquet")
     assert len(records) == 40 and not records.duplicated(["question_id", "run"]).any()
     assert set(records["question_id"]) == {f"nq-{i}" for i in range(10)}
     pd.testing.assert_frame_equal(records, reference)
+
+
+def test_the_resume_check_catches_a_shard_run_with_another_seed(tmp_path, monkeypatch):
+    """The comparison above can fail: resumed shards seeded one shard off differ from the reference."""
+    from pipeline.eval import run
+
+    reference = _seeded(tmp_path / "clean").records
+    with pytest.raises(Killed):
+        _seeded(tmp_path / "run", on_shard=_kill_after_second)
+    monkeypatch.setattr(run, "shard_seed", lambda seed, system, shard: shard_seed(seed, system, shard + 1))
+    records = _seeded(tmp_path / "run").records
+    assert len(records) == len(reference)
+    assert not records.equals(reference)
 
 
 def test_fingerprint_mismatch_discards_old_shards(tmp_path):

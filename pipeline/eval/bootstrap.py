@@ -21,7 +21,6 @@ from pipeline.errors import InputError
 from pipeline.eval.records import as_bool, per_question_scores, require_columns
 
 
-
 def score_matrix(
     per_question: pd.DataFrame, systems: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 from pipeline.eval.records import require_columns
+from pipeline.io import parquet_rows, read_parquet
 from pipeline.paths import eval_dir, model_dir
 from pipeline.systems import SYSTEMS
 
@@ -39,7 +39,7 @@ def load_records(root: Path) -> LoadedRecords:
         if not path.is_file():
             missing.append(s.name)
             continue
-        frame = pd.read_parquet(path, columns=None)
+        frame = read_parquet(path, f"the `evaluate@{s.name}` stage")
         try:
             require_columns(frame, RECORD_COLUMNS)
         except InputError as e:
@@ -59,7 +59,7 @@ def split_sizes(root: Path) -> dict[str, int]:
     for name in ("train", "dev", "test"):
         path = root / "data" / "splits" / f"{name}.parquet"
         if path.is_file():
-            sizes[name] = pq.ParquetFile(path).metadata.num_rows
+            sizes[name] = parquet_rows(path, "the `splits` stage")
     return sizes
 
 

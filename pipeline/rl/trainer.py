@@ -58,15 +58,16 @@ from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.audit import write_audit
 from pipeline.rl.batch import pad_column
 from pipeline.rl.checkpoint import load_latest, save_checkpoint
+from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_contexts, searcher_kl
 from pipeline.rl.judge import judge_searchers
 from pipeline.rl.loss import minibatches, policy_loss
-from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_contexts, searcher_kl
 from pipeline.rl.modes import TrainingMode, get_mode
 from pipeline.rl.rewards import compute_rewards
 from pipeline.rl.teacher_scoring import sample_token_ids, score_with_teacher
 from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig
 
 LogFn = Callable[[int, dict], None]
+CheckpointFn = Callable[[int], None]
 
 
 @dataclass
@@ -87,6 +88,7 @@ class TrainInputs:
     # checkpoint.inputs_fingerprint of the weights and questions, so a checkpoint made from
     # other inputs is not resumed
     inputs_fingerprint: str = ""
+    checkpoint_meta: dict[str, str] = field(default_factory=dict)  # kept in every checkpoint (the MLflow run id)
 
 
 @dataclass
@@ -261,6 +263,11 @@ def reference_contexts(cfg: TrainConfig, inputs: TrainInputs) -> Contexts | None
     return searcher_contexts(rollout)
 
 
+def checkpoint_fingerprint(cfg: TrainConfig, inputs_fingerprint: str) -> str:
+    """What a checkpoint must match to be resumed: the training numbers (steps excepted) and the inputs."""
+    return f"{cfg.fingerprint()}-{inputs_fingerprint}"
+
+
 def _finite(metrics: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
 
@@ -268,17 +275,18 @@ def _finite(metrics: dict[str, float]) -> dict[str, float]:
 # --------------------------------------------------------------------------- the loop
 
 
-def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) -> TrainResult:
-    """Train `inputs.policy.model` in place for `cfg.steps` steps (resuming from a checkpoint)."""
+def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
+          on_checkpoint: CheckpointFn | None = None) -> TrainResult:
+    """Train `inputs.policy.model` in place for `cfg.steps` steps (resuming from a checkpoint, whose
+    metric history `result.history` starts with). `on_checkpoint(done)` follows each checkpoint
+    written: everything logged so far is then on disk."""
     check_inputs(cfg, inputs)
     policy, model = inputs.policy, inputs.policy.model
     optimizer = make_optimizer(model, cfg)
-    fingerprint = f"{cfg.fingerprint()}-{inputs.inputs_fingerprint}"
-    start = 0
-    if inputs.checkpoint_dir is not None:
-        resumed = load_latest(inputs.checkpoint_dir, model, optimizer, fingerprint)
-        start = resumed.step if resumed else 0
-    result = TrainResult(steps=cfg.steps, resumed_from=start)
+    fingerprint = checkpoint_fingerprint(cfg, inputs.inputs_fingerprint)
+    resumed = load_latest(inputs.checkpoint_dir, model, optimizer, fingerprint) if inputs.checkpoint_dir else None
+    start = resumed.step if resumed else 0
+    result = TrainResult(steps=cfg.steps, resumed_from=start, history=list(resumed.history) if resumed else [])
 
     def log(step: int, metrics: dict[str, float]) -> None:
         metrics = _finite(metrics)
@@ -306,5 +314,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None) ->
             log(done, dev_evaluate(cfg, inputs, contexts))
         if inputs.checkpoint_dir is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(inputs.checkpoint_dir, done, model, policy.tokenizer, optimizer, fingerprint,
-                            keep=KEEP_CHECKPOINTS)
+                            keep=KEEP_CHECKPOINTS, history=result.history, meta=inputs.checkpoint_meta)
+            if on_checkpoint is not None:
+                on_checkpoint(done)
     return result

@@ -40,17 +40,17 @@ def run_validate_masks(params: Params, root: Path) -> dict:
 
     paths = Paths(root)
     cfg_params = params.validate_masks
-    dev = read_split(root, "dev").head(cfg_params.questions)
-    backend = open_policy(model_dir(root, "base"))
-    retriever = open_retriever(root)
-    cfg = workflow_config(params, params.eval.rollout, params.common.protocol.train_candidates)
-    samples, tokens = audit_rollout(backend, retriever, dev, cfg, cfg_params.trajectories, cfg_params.seed)
-    out = audit_dir(root, "base")
-    write_parquet(out / "samples.parquet", samples)
-    write_parquet(out / "tokens.parquet", tokens)
-    outcome = validate_masks(samples, tokens, paths.reports(params.profile) / "data_docs" / "masks",
-                             decode=backend.decode)
-    with stage_run("validate_masks", params.profile, cfg_params.model_dump()) as mlf:
+    with stage_run("validate_masks", params.profile, cfg_params.model_dump(), root=root) as mlf:
+        dev = read_split(root, "dev").head(cfg_params.questions)
+        backend = open_policy(model_dir(root, "base"))
+        retriever = open_retriever(root)
+        cfg = workflow_config(params, params.eval.rollout, params.common.protocol.train_candidates)
+        samples, tokens = audit_rollout(backend, retriever, dev, cfg, cfg_params.trajectories, cfg_params.seed)
+        out = audit_dir(root, "base")
+        write_parquet(out / "samples.parquet", samples)
+        write_parquet(out / "tokens.parquet", tokens)
+        outcome = validate_masks(samples, tokens, paths.reports(params.profile) / "data_docs" / "masks",
+                                 decode=backend.decode)
         mlf.log_metrics({"success": float(outcome.success), "failures": len(outcome.failures),
                          "samples": len(samples), "tokens": len(tokens)})
     if not outcome.success:

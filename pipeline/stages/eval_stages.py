@@ -32,43 +32,43 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     paths = Paths(root)
-    test_path = paths.split("test")
-    questions = read_split(root, "test")
     model_dir = sys_.model_dir(root)
-    backend = open_eval_backend(model_dir)
-    retriever = open_retriever(root)
-    cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     runs = params.common.eval.runs
     eval_params = {"eval": params.eval.model_dump(), "protocol": params.common.protocol.model_dump(), "runs": runs}
-    extra = {
-        "model": model_fingerprint(model_dir), "test_split": _file_hash(test_path),
-        "index": _file_hash(paths.index / "index.json"),
-        "eval_params": hashlib.sha256(repr(sorted(flatten(eval_params).items())).encode()).hexdigest(),
-    }
-    out_dir = eval_dir(root, system_name)
-    result = evaluate_system(questions, backend, retriever, cfg, runs, params.eval.shard_questions, out_dir,
-                             params.eval.seed, system=system_name, workflow=sys_.workflow, fingerprint_extra=extra)
-    records = result.records
-    macro = macro_metrics(records, runs=runs).iloc[0]
-    per_dataset = per_dataset_metrics(records, runs=runs)
-    wl, bh = workload(records).iloc[0], behaviour(records, runs=runs).iloc[0]
-    keys = [f"avg@{runs}", f"pass@{runs}", f"all@{runs}"]
-    metrics = {f"macro_{k}": float(macro[k]) for k in keys}
-    for _, row in per_dataset.iterrows():
-        metrics.update({f"{row['dataset']}_{k}": float(row[k]) for k in keys})
-    metrics.update({
-        "format_failure_rate": float(bh["format_failure_rate_macro"]),
-        "searches_per_workflow": float(wl["search_actions"]),
-        "input_tokens_per_workflow": float(wl["input_tokens"]),
-        "output_tokens_per_workflow": float(wl["output_tokens"]),
-        "records": len(records), "shards_computed": result.computed, "shards_reused": result.reused,
-        "seconds": result.seconds,
-    })
-    metrics = {k.replace("@", "_at_"): v for k, v in metrics.items()}  # MLflow keys: no "@"
     with stage_run(f"evaluate@{system_name}", params.profile,
                    {**eval_params, "system": system_name, "workflow": sys_.workflow, "model_dir": str(model_dir)},
                    tags={"system": system_name}, root=root) as mlf:
-        mlf.log_metrics(metrics)
+        test_path = paths.split("test")
+        questions = read_split(root, "test")
+        backend = open_eval_backend(model_dir)
+        retriever = open_retriever(root)
+        cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
+        extra = {
+            "model": model_fingerprint(model_dir), "test_split": _file_hash(test_path),
+            "index": _file_hash(paths.index / "index.json"),
+            "eval_params": hashlib.sha256(repr(sorted(flatten(eval_params).items())).encode()).hexdigest(),
+        }
+        out_dir = eval_dir(root, system_name)
+        result = evaluate_system(questions, backend, retriever, cfg, runs, params.eval.shard_questions, out_dir,
+                                 params.eval.seed, system=system_name, workflow=sys_.workflow,
+                                 fingerprint_extra=extra)
+        records = result.records
+        macro = macro_metrics(records, runs=runs).iloc[0]
+        per_dataset = per_dataset_metrics(records, runs=runs)
+        wl, bh = workload(records).iloc[0], behaviour(records, runs=runs).iloc[0]
+        keys = [f"avg@{runs}", f"pass@{runs}", f"all@{runs}"]
+        metrics = {f"macro_{k}": float(macro[k]) for k in keys}
+        for _, row in per_dataset.iterrows():
+            metrics.update({f"{row['dataset']}_{k}": float(row[k]) for k in keys})
+        metrics.update({
+            "format_failure_rate": float(bh["format_failure_rate_macro"]),
+            "searches_per_workflow": float(wl["search_actions"]),
+            "input_tokens_per_workflow": float(wl["input_tokens"]),
+            "output_tokens_per_workflow": float(wl["output_tokens"]),
+            "records": len(records), "shards_computed": result.computed, "shards_reused": result.reused,
+            "seconds": result.seconds,
+        })
+        mlf.log_metrics({k.replace("@", "_at_"): v for k, v in metrics.items()})  # MLflow keys: no "@"
     return {"system": system_name, "records": len(records), "macro_avg@4": float(macro[keys[0]]),
             "shards_computed": result.computed, "shards_reused": result.reused, "seconds": round(result.seconds, 1)}
 
@@ -77,8 +77,8 @@ def run_report(params: Params, root: Path) -> dict:
     """Tables, figures, paper.md/html, main_table.tex and reports/metrics.json."""
     from pipeline.report.build import build_report
 
-    out = build_report(params, root)
     with stage_run("report", params.profile, {"target_system": params.common.eval.target_system}, root=root) as mlf:
+        out = build_report(params, root)
         for name, values in out.metrics["systems"].items():
             mlf.log_metrics({f"{name}.macro_{m.replace('@', '_at_')}": v
                              for m, v in values["macro"].items() if v is not None})

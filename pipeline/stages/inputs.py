@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.errors import InputError
+from pipeline.io import read_parquet
 from pipeline.paths import Paths
 
 SGLANG_URL_ENV = "MAOPD_SGLANG_URL"  # base URL of a running SGLang server, e.g. http://127.0.0.1:30000
@@ -16,10 +17,12 @@ SGLANG_URL_ENV = "MAOPD_SGLANG_URL"  # base URL of a running SGLang server, e.g.
 
 def read_split(root: Path, name: str) -> pd.DataFrame:
     """data/splits/<name>.parquet."""
-    path = Paths(root).split(name)
-    if not path.is_file():
-        raise InputError(f"{path}: split not found; run the `splits` stage first")
-    return pd.read_parquet(path)
+    return read_parquet(Paths(root).split(name), "the `splits` stage")
+
+
+def read_corpus(root: Path) -> pd.DataFrame:
+    """data/corpus/passages.parquet."""
+    return read_parquet(Paths(root).corpus, "the `corpus` stage")
 
 
 def open_retriever(root: Path):
@@ -32,7 +35,7 @@ def open_retriever(root: Path):
     return DenseRetriever.from_dir(index_dir)
 
 
-def _require_model(model_dir: Path) -> None:
+def require_model(model_dir: Path) -> None:
     if not ((model_dir / "config.json").is_file() or (model_dir / "model_ref.json").is_file()):
         raise InputError(f"{model_dir}: model folder missing (expected config.json or model_ref.json); "
                          "train or build it first")
@@ -46,7 +49,7 @@ def open_policy(model_dir: Path, max_batch_size: int = 256):
     from pipeline.policy.hf_backend import HFBackend
     from pipeline.policy.model_ref import resolve_model_dir
 
-    _require_model(Path(model_dir))
+    require_model(Path(model_dir))
     return HFBackend(resolve_model_dir(model_dir), device="cuda" if torch.cuda.is_available() else "cpu",
                      max_batch_size=max_batch_size)
 
@@ -57,7 +60,7 @@ def open_eval_backend(model_dir: Path):
     `model_dir` when it serves another folder (docs/serving.md)."""
     from pipeline.policy.model_ref import resolve_model_dir
 
-    _require_model(Path(model_dir))
+    require_model(Path(model_dir))
     weights = resolve_model_dir(model_dir)
     url = os.environ.get(SGLANG_URL_ENV, "").strip()
     if url:

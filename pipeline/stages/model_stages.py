@@ -12,12 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from pipeline.config import Params, workflow_config
 from pipeline.io import write_json
-from pipeline.paths import Paths, model_dir
-from pipeline.stages.inputs import open_policy, open_retriever, read_split
+from pipeline.paths import model_dir
+from pipeline.stages.inputs import open_policy, open_retriever, read_corpus, read_split
 from pipeline.tracking import CurveLogger, stage_run
 
 BEHAVIOUR_BATCH = 16  # rows per generate call: bounds the prefill's memory and padding (256 rows: ~6 GB)
@@ -44,7 +42,7 @@ def run_base_model(params: Params, root: Path) -> dict:
             from pipeline.basemodel.recipe import train_base_model
 
             train = read_split(root, "train")
-            corpus = pd.read_parquet(Paths(root).corpus)
+            corpus = read_corpus(root)
             figures = train_base_model(params, train, corpus, open_retriever(root), out,
                                        curves=lambda name: CurveLogger(mlf, name))
             mlf.log_metrics({k: float(v) for k, v in figures.items()})

@@ -19,48 +19,65 @@ from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.paths import audit_dir, checkpoint_dir, model_dir
 from pipeline.policy.hf_backend import save_hf_folder
-from pipeline.rl.checkpoint import inputs_fingerprint
+from pipeline.rl.checkpoint import find_latest, inputs_fingerprint
 from pipeline.rl.modes import mode_of_key
 from pipeline.rl.train_params import train_config
-from pipeline.rl.trainer import TrainInputs, train
-from pipeline.stages.inputs import open_policy, open_retriever, read_split
+from pipeline.rl.trainer import TrainInputs, checkpoint_fingerprint, train
+from pipeline.stages.inputs import open_policy, open_retriever, read_split, require_model
 from pipeline.systems import ABLATIONS, trained_by
-from pipeline.tracking import stage_run
+from pipeline.tracking import CurveLogger, stage_run
 
+RUN_ID = "mlflow_run_id"  # the checkpoint's meta key of the MLflow run it was written under
 REFERENCE_TEACHER = "teacher"  # data/models/teacher: the Stage-I weights
 
 
 def train_system(params: Params, root: Path, key: str, run_name: str) -> dict:
-    """Train the system of `train.systems.<key>` and save its weights."""
+    """Train the system of `train.systems.<key>` and save its weights.
+
+    The MLflow run opens before the models load. A stage that resumes from a checkpoint
+    continues the run that checkpoint was written under (a new one if the store lost it), and
+    the checkpoint's metric history fills in what the run lacks; per-step metrics reach MLflow
+    after each checkpoint, so no step is ever logged twice (pipeline.tracking.CurveLogger)."""
+    start = time.perf_counter()
     mode = mode_of_key(key)
     target = trained_by(mode.name)
     cfg = train_config(params, key)
     base = model_dir(root, "base")
     train_questions, dev_questions = read_split(root, "train"), read_split(root, "dev")
     weights = [base] + ([model_dir(root, mode.teacher)] if mode.teacher else [])
-    teacher = open_policy(model_dir(root, mode.teacher)) if mode.teacher else None
-    reference = None  # the Stage-I Teacher, for the dev KL diagnostic of every Stage-II system
-    if mode.workflow == "hierarchy":
-        reference = teacher if mode.teacher == REFERENCE_TEACHER else open_policy(model_dir(root, REFERENCE_TEACHER))
-    inputs = TrainInputs(
-        policy=open_policy(base),
-        retriever=open_retriever(root),
-        train_questions=train_questions,
-        dev_questions=dev_questions,
-        teacher=teacher,
-        judge=open_policy(model_dir(root, mode.judge)) if mode.judge else None,
-        reference=reference,
-        checkpoint_dir=checkpoint_dir(root, target.weights),
-        audit_dir=audit_dir(root, target.name),
-        inputs_fingerprint=inputs_fingerprint(
-            weights, [train_questions["id"].tolist(), dev_questions["id"].tolist()]),
-    )
+    for folder in weights:
+        require_model(folder)
+    fingerprint = inputs_fingerprint(weights, [train_questions["id"].tolist(), dev_questions["id"].tolist()])
+    checkpoints = checkpoint_dir(root, target.weights)
+    found = find_latest(checkpoints, checkpoint_fingerprint(cfg, fingerprint))
     logged = {"mode": mode.name, "shared": params.train.shared.model_dump(),
               "system": getattr(params.train.systems, key).model_dump(),
               "optim": params.common.optim.model_dump(), "rewards": params.common.rewards.model_dump()}
-    start = time.perf_counter()
-    with stage_run(run_name, params.profile, logged, tags={"system": target.name}, root=root) as mlf:
-        result = train(cfg, inputs, log_fn=lambda step, metrics: mlf.log_metrics(metrics, step=step))
+    with stage_run(run_name, params.profile, logged, tags={"system": target.name}, root=root,
+                   resume_run_id=found.meta.get(RUN_ID) if found else None) as mlf:
+        curve = CurveLogger(mlf, every=None)
+        if found:
+            curve.restore(found.history)
+            mlf.set_tag("resumed_from_step", str(found.step))
+        teacher = open_policy(model_dir(root, mode.teacher)) if mode.teacher else None
+        reference = None  # the Stage-I Teacher, for the dev KL diagnostic of every Stage-II system
+        if mode.workflow == "hierarchy":
+            reference = teacher if mode.teacher == REFERENCE_TEACHER else open_policy(model_dir(root, REFERENCE_TEACHER))
+        inputs = TrainInputs(
+            policy=open_policy(base),
+            retriever=open_retriever(root),
+            train_questions=train_questions,
+            dev_questions=dev_questions,
+            teacher=teacher,
+            judge=open_policy(model_dir(root, mode.judge)) if mode.judge else None,
+            reference=reference,
+            checkpoint_dir=checkpoints,
+            audit_dir=audit_dir(root, target.name),
+            inputs_fingerprint=fingerprint,
+            checkpoint_meta={RUN_ID: mlf.active_run().info.run_id},
+        )
+        result = train(cfg, inputs, log_fn=curve, on_checkpoint=lambda step: curve.flush())
+        curve.flush()
         out = model_dir(root, target.weights)
         save_hf_folder(inputs.policy.model, inputs.policy.tokenizer, out)
         seconds = time.perf_counter() - start

@@ -14,7 +14,7 @@ import pandas as pd
 
 from pipeline.agents.workflows import _question_rows
 from pipeline.errors import InputError
-from pipeline.io import write_parquet
+from pipeline.io import read_parquet, write_parquet
 from pipeline.paths import Paths
 
 
@@ -41,10 +41,7 @@ def write_verl_datasets(root: Path, dev_questions: int) -> dict[str, Path]:
     in-process trainer evaluates)."""
     out = {}
     for split, limit in (("train", None), ("dev", dev_questions)):
-        source = Paths(root).split(split)
-        if not source.is_file():
-            raise InputError(f"{source}: missing split; run the `splits` stage first")
-        table = pd.read_parquet(source)
+        table = read_parquet(Paths(root).split(split), "the `splits` stage")
         out[split] = verl_data_dir(root) / f"{split}.parquet"
         write_parquet(out[split], verl_rows(table if limit is None else table.iloc[:limit], split))
     return out

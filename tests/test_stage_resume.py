@@ -1,0 +1,226 @@
+"""A training stage interrupted part-way and started again ends as an uninterrupted run does:
+the same final weights, one MLflow run (the same run id, FINISHED) whose metric history holds
+every step once with the same values, and the same training curve in the report.
+
+In process (fast): the `team` stage on scripted backends dies between a checkpoint and the
+moment its metrics reach MLflow. As a process (slow): `python -m pipeline run teacher` on a
+small ci set-up is killed with SIGKILL after its first checkpoint."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file
+
+from pipeline.config import load_params
+from pipeline.policy.hf_backend import HFBackend, save_hf_folder
+from pipeline.report.mlflow_runs import read_mlflow
+from pipeline.stages import STAGES
+from tests.conftest import REPO_ROOT
+from tests.fakes import FakeRetriever
+from tests.test_rl_trainer import ScriptedHFBackend, questions, tiny_model, tiny_tokenizer
+
+STEPS = 2
+TEAM_STAGE = "team"
+TIMING_METRICS = {"tokens_per_second", "step_seconds", "train_seconds", "resumed_from"}
+
+
+def _small_ci_params(path: Path) -> Path:
+    """params.yaml with the ci profile active and its Teacher run shrunk to a few short steps."""
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    raw["profile"] = "ci"
+    train = raw["ci"]["train"]
+    train["systems"]["teacher"]["steps"] = STEPS
+    train["shared"].update(questions_per_batch=1, trajectories_per_question=2, dev_questions=2, eval_every=2,
+                           checkpoint_every=1, audit_every=100)
+    train["shared"]["rollout"].update(leader_max_new_tokens=12, searcher_max_new_tokens=12,
+                                      answerer_max_new_tokens=8, max_searcher_turns=1)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """splits, corpus and index of the ci profile, and a random tiny base model."""
+    root = tmp_path_factory.mktemp("stage_resume") / "prepared"
+    root.mkdir()
+    params_file = _small_ci_params(root / "params.yaml")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    try:
+        params = load_params(params_file, profile="ci")
+        for stage in ("splits", "corpus", "index"):
+            STAGES[stage](params, root)
+    finally:
+        mp.undo()
+    tokenizer = tiny_tokenizer()
+    save_hf_folder(tiny_model(tokenizer), tokenizer, root / "data" / "models" / "base")
+    return root
+
+
+def _copy(prepared: Path, name: str) -> Path:
+    root = prepared.parent / name
+    shutil.copytree(prepared / "data", root / "data")
+    return root
+
+
+def _teacher(root: Path, prepared: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "--params", str(prepared / "params.yaml"), "--root", str(root),
+         "run", "teacher"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-4000:]
+    return out
+
+
+def _runs(root: Path, stage: str = "teacher") -> list:
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("multiagent-opd-ci")
+    return client.search_runs([experiment.experiment_id], f"tags.stage = '{stage}'")
+
+
+def _history(root: Path, run) -> dict[str, list[tuple[int, float]]]:
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+            for key in run.data.metrics}
+
+
+def _report_curves(root: Path) -> dict:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        return read_mlflow("ci", root)[0]
+
+
+def _weights(root: Path, weights: str = "teacher") -> dict[str, torch.Tensor]:
+    return load_file(root / "data" / "models" / weights / "model.safetensors")
+
+
+class Killed(BaseException):
+    """Stands for a kill: nothing in the stage catches it."""
+
+
+def _scripted_team_root(root: Path, tokenizer) -> Path:
+    save_hf_folder(tiny_model(tokenizer, 0), tokenizer, root / "data" / "models" / "base")
+    save_hf_folder(tiny_model(tokenizer, 1), tokenizer, root / "data" / "models" / "teacher")
+    (root / "data" / "splits").mkdir(parents=True)
+    questions(6).to_parquet(root / "data" / "splits" / "train.parquet")
+    questions(3, "d").to_parquet(root / "data" / "splits" / "dev.parquet")
+    return root
+
+
+def _run_team(root: Path, monkeypatch, die_after_checkpoint: int | None = None) -> dict:
+    from pipeline.stages import train_stages
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    monkeypatch.setattr(train_stages, "open_retriever", lambda root: FakeRetriever())
+
+    def scripted(path):
+        loaded = HFBackend(path)
+        return ScriptedHFBackend(loaded.model, loaded.tokenizer)
+
+    def train(cfg, inputs, log_fn=None, on_checkpoint=None):
+        def checkpointed(step: int) -> None:
+            if step == die_after_checkpoint:
+                raise Killed()  # after the checkpoint is on disk, before its metrics reach MLflow
+            on_checkpoint(step)
+        return real_train(cfg, inputs, log_fn, checkpointed)
+
+    real_train = train_stages.train
+    monkeypatch.setattr(train_stages, "open_policy", scripted)
+    monkeypatch.setattr(train_stages, "train", train)
+    params = load_params(REPO_ROOT / "params.yaml", "ci")
+    return STAGES["team"](params, root)
+
+
+def test_an_interrupted_training_stage_continues_its_run(tmp_path, monkeypatch, torch_one_thread):
+    tokenizer = tiny_tokenizer()
+    clean = _scripted_team_root(tmp_path / "clean", tokenizer)
+    killed = _scripted_team_root(tmp_path / "killed", tokenizer)
+    steps = load_params(REPO_ROOT / "params.yaml", "ci").train.systems.team.steps
+    assert steps >= 2
+    _run_team(clean, monkeypatch)
+    with pytest.raises(Killed):
+        _run_team(killed, monkeypatch, die_after_checkpoint=1)
+    (dead,) = _runs(killed, TEAM_STAGE)
+    assert dead.info.status == "FAILED" and "pg_loss" not in dead.data.metrics  # step 0's metrics never sent
+    summary = _run_team(killed, monkeypatch)
+    assert summary["resumed_from"] == 1
+
+    (clean_run,), (run,) = _runs(clean, TEAM_STAGE), _runs(killed, TEAM_STAGE)
+    assert run.info.run_id == dead.info.run_id and run.info.status == "FINISHED"
+    expected, got = _history(clean, clean_run), _history(killed, run)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        if key in TIMING_METRICS:
+            assert [s for s, _ in got[key]] == [s for s, _ in expected[key]], key
+        else:
+            assert got[key] == expected[key], key
+    assert [s for s, _ in got["pg_loss"]] == list(range(steps))
+    assert _report_curves(killed)["multiagent_opd"].to_dict("list") == \
+        _report_curves(clean)["multiagent_opd"].to_dict("list")
+    reference, resumed = _weights(clean, "team"), _weights(killed, "team")
+    assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
+
+
+@pytest.mark.slow
+def test_sigkilled_training_stage_resumes_with_its_whole_history(prepared):
+    clean = _copy(prepared, "uninterrupted")
+    _finish(_teacher(clean, prepared))
+
+    killed = _copy(prepared, "killed")
+    proc = _teacher(killed, prepared)
+    first_checkpoint = killed / "data" / "checkpoints" / "teacher" / "step-0001"  # appears complete (atomic_dir)
+    deadline = time.monotonic() + 300
+    while not first_checkpoint.is_dir():
+        assert proc.poll() is None, f"the stage ended before its first checkpoint: {proc.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (killed / "data" / "models" / "teacher").exists(), "the stage finished before the kill"
+    (dead_run,) = _runs(killed)
+    assert dead_run.info.status == "RUNNING"  # nothing could end it
+
+    out = _finish(_teacher(killed, prepared))
+    assert '"resumed_from": 0' not in out
+
+    reference, resumed = _weights(clean), _weights(killed)
+    assert reference.keys() == resumed.keys()
+    assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
+
+    (clean_run,) = _runs(clean)
+    (run,) = _runs(killed)
+    assert run.info.run_id == dead_run.info.run_id and run.info.status == "FINISHED"
+    assert run.data.tags["attempt"] == "2"
+    expected, got = _history(clean, clean_run), _history(killed, run)
+    assert expected.keys() == got.keys()
+    assert "dev_em" in got and [s for s, _ in got["dev_em"]] == [0, STEPS]
+    for key in expected:
+        steps = [s for s, _ in got[key]]
+        assert len(steps) == len(set(steps)), f"{key}: a step logged twice: {steps}"
+        if key in TIMING_METRICS:
+            assert steps == [s for s, _ in expected[key]], key
+        else:
+            assert got[key] == expected[key], key
+    assert [s for s, _ in got["pg_loss"]] == list(range(STEPS))
+
+    clean_curves, curves = _report_curves(clean), _report_curves(killed)
+    system = run.data.tags["system"]
+    assert curves[system].to_dict("list") == clean_curves[system].to_dict("list")
+    assert curves[system]["step"].tolist() == [0, STEPS]
