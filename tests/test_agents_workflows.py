@@ -252,8 +252,8 @@ def test_searcher_continues_on_exactly_its_context():
     expected = [searcher.prompt_text + "".join(s.text for s in searcher.segments[: 2 * i]) for i in range(3)]
     assert seen == expected
     assert all(s.text.endswith(("</search>", "</report>")) for s in searcher.segments if s.source == "generated")
-    assert searcher.segments[1].text.startswith("\n<information>Doc 1(Title: ")
-    assert searcher.segments[1].text.endswith("</information>\n")
+    assert searcher.segments[1].text.startswith('\n\n<information>Doc 1(Title: "')
+    assert searcher.segments[1].text.endswith("</information>\n\n")
 
 
 def test_input_and_output_token_counts():

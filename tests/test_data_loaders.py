@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,7 @@ import pytest
 from pipeline.data.loaders import CORPUS_COLUMNS, QA_COLUMNS, load_corpus_file, load_qa_file, load_raw_dir
 from pipeline.data.normalize import normalize_question
 from pipeline.errors import InputError
+from pipeline.eval.em import exact_match
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
 
@@ -153,6 +155,29 @@ def test_load_raw_dir_on_linked_real_files(tmp_path):
     assert len(passages) == 7119 and passages["id"].is_unique
 
 
+@pytest.mark.real_data
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_real_nq_as_verl_rows_with_a_joined_ground_truth_keeps_every_alias(tmp_path, suffix):
+    # the layout of issue 15: reward_model.ground_truth = ", ".join(answers), the list in extra_info.answer
+    source = json.loads(real("qa/nq_test.json").read_text(encoding="utf-8"))
+    rows = [verl_row(r["question"], r["answer"], i, joined=True) for i, r in enumerate(source)]
+    df = load_qa_file(write_rows(tmp_path / f"nq{suffix}", rows), "nq", "test")
+    truth = [r["answer"] for r in source]
+    assert len(df) == 3610 and df["golden_answers"].tolist() == truth
+    assert sum(len(t) > 1 for t in truth) == 1534  # the rows a joined string would have merged
+    assert all(exact_match(t[0], g) for t, g in zip(truth, df["golden_answers"]))  # a right answer scores 1
+    assert df["source_id"].tolist() == [str(i) for i in range(3610)]
+
+
+@pytest.mark.real_data
+def test_ids_come_from_extra_info_index_when_the_file_has_no_id():
+    raw = pd.read_parquet(real("qa/popqa_train_sample.parquet"))
+    df = load_qa_file(real("qa/popqa_train_sample.parquet"), "popqa", "train")
+    assert df["source_id"].tolist() == [str(int(e["index"])) for e in raw["extra_info"]]
+    verl = load_qa_file(real("qa/bamboogle_test_verl.jsonl"), "bamboogle", "test")
+    assert verl["source_id"].tolist() == [str(i) for i in range(125)]
+
+
 # ------------------------------------------------------------------ small files written here
 
 
@@ -257,3 +282,144 @@ def test_load_raw_dir_layout_and_errors(tmp_path):
     _write(tmp_path / "qa" / "nq" / "test.jsonl", '{"question": "c", "answer": "z"}\n')
     with pytest.raises(InputError, match="nq/test is also given by"):
         load_raw_dir(tmp_path)
+
+
+# ------------------------------------------------------------------ one built file per layout
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    if path.suffix == ".parquet":
+        pd.DataFrame(rows).to_parquet(path)
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    return path
+
+
+def verl_row(question: str, answers: list[str], index: int, joined: bool) -> dict:
+    """A verl row; joined: ground_truth is ", ".join(answers) and the list sits in extra_info.answer."""
+    return {"data_source": "nq", "prompt": [{"role": "user", "content": f"Answer it. Question: {question}"}],
+            "ability": "fact-reasoning",
+            "reward_model": {"ground_truth": ", ".join(answers) if joined else answers[0], "style": "rule"},
+            "extra_info": {"answer": answers if joined else answers[0], "index": index, "split": "test"}}
+
+
+ALIASES = [["14 December 1972 UTC", "December 1972"], ["Paris"], ["A+", "AB+"]]
+QUESTIONS = ["when was the last moon walk", "capital of france", "most common blood type in sweden"]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl", ".json"])
+def test_verl_joined_ground_truth_gives_the_alias_list_of_extra_info(tmp_path, suffix, caplog):
+    rows = [verl_row(q, a, 10 + i, joined=True) for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
+    with caplog.at_level(logging.INFO, logger="pipeline.data.loaders"):
+        df = load_qa_file(write_rows(tmp_path / f"v{suffix}", rows), "nq", "test")
+    assert "2 of 3 records carry an answer string beside an alias list" in caplog.text
+    assert df["golden_answers"].tolist() == ALIASES  # never ['14 December 1972 UTC, December 1972']
+    assert df["question"].tolist() == QUESTIONS
+    assert df["id"].tolist() == ["nq_test_10", "nq_test_11", "nq_test_12"]
+
+
+def test_verl_with_json_string_columns_and_a_joined_ground_truth(tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": q}],
+             "reward_model": json.dumps({"ground_truth": {"target": ", ".join(a)}}),
+             "extra_info": json.dumps({"answers": a, "idx": f"q{i}"})} for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
+    df = load_qa_file(write_rows(tmp_path / "s.parquet", rows), "nq", "test")
+    assert df["golden_answers"].tolist() == ALIASES and df["source_id"].tolist() == ["q0", "q1", "q2"]
+
+
+def test_a_joined_string_is_used_when_it_is_all_the_record_has(tmp_path):
+    rows = [{"question": "q", "reward_model": {"ground_truth": "Paris, France"}, "extra_info": {"answer": "Paris, France"}}]
+    assert load_qa_file(write_rows(tmp_path / "a.jsonl", rows), "nq", "test")["golden_answers"][0] == ["Paris, France"]
+
+
+def test_verl_plain_string_ground_truth(tmp_path):
+    rows = [verl_row("who was president", ["james madison"], 0, joined=False) | {"extra_info": {"index": 4}}]
+    df = load_qa_file(write_rows(tmp_path / "b.jsonl", rows), "bamboogle", "test")
+    assert df.iloc[0].tolist() == ["bamboogle", "test", "bamboogle_test_4", "who was president", ["james madison"], "4"]
+
+
+def test_flashrag_jsonl_and_search_r1_parquet(tmp_path):
+    flashrag = [{"id": f"test_{i}", "question": q, "golden_answers": a} for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
+    df = load_qa_file(write_rows(tmp_path / "f.jsonl", flashrag), "nq", "test")
+    assert df["golden_answers"].tolist() == ALIASES and df["id"].tolist()[0] == "nq_test_test_0"
+    searchr1 = [r | {"data_source": "nq", "reward_model": {"ground_truth": {"target": r["golden_answers"]}, "style": "rule"},
+                     "extra_info": {"index": i, "split": "test"}} for i, r in enumerate(flashrag)]
+    df = load_qa_file(write_rows(tmp_path / "s.parquet", searchr1), "nq", "test")
+    assert df["golden_answers"].tolist() == ALIASES and df["source_id"].tolist() == ["test_0", "test_1", "test_2"]
+
+
+def test_alias_lists_in_several_places_are_merged_without_repeats(tmp_path):
+    rows = [{"question": "q", "golden_answers": ["Paris"], "answer": "Paris, Ile-de-France",
+             "reward_model": {"ground_truth": {"target": ["Paris", "City of Light"]}}, "extra_info": {"answer": ["paris"]}}]
+    df = load_qa_file(write_rows(tmp_path / "m.parquet", rows), "nq", "test")
+    assert df["golden_answers"][0] == ["Paris", "City of Light", "paris"]
+
+
+def test_plain_json_list_and_reward_model_json_string(tmp_path):
+    plain = [{"question": "a", "answer": "x"}, {"question": "b", "answer": ["y", "z"]}]
+    assert load_qa_file(write_rows(tmp_path / "p.json", plain), "nq", "dev")["golden_answers"].tolist() == [["x"], ["y", "z"]]
+    popqa = [{"question": "q", "answer": "actor", "reward_model": '{"ground_truth": {"target": "actor"}}',
+              "extra_info": {"index": 3.0, "split": "test"}}]
+    df = load_qa_file(write_rows(tmp_path / "p.parquet", popqa), "popqa", "test")
+    assert df["golden_answers"][0] == ["actor"] and df["id"][0] == "popqa_test_3"
+
+
+def test_triviaqa_llm_foundry_layout(tmp_path):
+    rows = [{"context": "Question: Which vegetable?\nAnswer:", "answer": "Onion", "aliases": ["Onions", "Onion", "Allium cepa"]}]
+    df = load_qa_file(write_rows(tmp_path / "t.jsonl", rows), "triviaqa", "test")
+    assert df["question"][0] == "Which vegetable?" and df["golden_answers"][0] == ["Onion", "Onions", "Allium cepa"]
+
+
+def test_triviaqa_official_data_layout(tmp_path):
+    data = {"Data": [
+        {"Answer": {"Aliases": ["David Seville", "Ross Bagdasarian"], "NormalizedAliases": ["david seville", "ross bagdasarian"],
+                    "NormalizedValue": "david seville", "Type": "WikipediaEntity", "Value": "David Seville"},
+         "EntityPages": [], "Question": "Who was the man behind The Chipmunks?", "QuestionId": "tc_2",
+         "QuestionSource": "http://www.triviacountry.com/", "SearchResults": []},
+        {"Answer": {"Aliases": ["7"], "NormalizedAliases": ["7"], "Value": "7"}, "Question": "How many?", "QuestionId": "tc_9"},
+    ], "Domain": "Web", "Split": "dev", "VerifiedEval": False, "Version": 1.0}
+    path = tmp_path / "triviaqa.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    df = load_qa_file(path, "triviaqa", "dev")
+    assert df["id"].tolist() == ["triviaqa_dev_tc_2", "triviaqa_dev_tc_9"]
+    assert df["question"][0] == "Who was the man behind The Chipmunks?"
+    assert df["golden_answers"].tolist() == [["David Seville", "Ross Bagdasarian", "david seville", "ross bagdasarian"], ["7"]]
+    del data["Data"][1]["Answer"]  # the official test file has no answers
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(InputError, match=r"triviaqa\.json, item 2: missing answers"):
+        load_qa_file(path, "triviaqa", "test")
+    path.write_text(json.dumps({"version": 1, "questions": []}), encoding="utf-8")
+    with pytest.raises(InputError, match=r"expected a JSON list of records or TriviaQA's \{\"Data\".*keys \['questions', 'version'\]"):
+        load_qa_file(path, "triviaqa", "test")
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("id", "test_7", "test_7"), ("_id", "5a8b57f2", "5a8b57f2"), ("idx", 12, "12"), ("test_id", "t-3", "t-3"),
+    ("qid", 4.0, "4"), ("QuestionId", "tc_1", "tc_1"),
+])
+def test_ids_are_kept_from_the_usual_id_fields(tmp_path, field, value, expected):
+    rows = [{field: value, "question": "q", "answer": "a"}]
+    assert load_qa_file(write_rows(tmp_path / "i.parquet", rows), "nq", "test")["source_id"][0] == expected
+
+
+def test_ids_from_extra_info_and_the_top_level_id_first(tmp_path):
+    rows = [{"question": "q", "answer": "a", "extra_info": {"index": 2.0}},
+            {"id": "own", "question": "r", "answer": "b", "extra_info": {"index": 3}}]
+    assert load_qa_file(write_rows(tmp_path / "e.jsonl", rows), "nq", "test")["source_id"].tolist() == ["2", "own"]
+
+
+LFS_POINTER = ("version https://git-lfs.github.com/spec/v1\n"
+               "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 617522\n")
+
+
+@pytest.mark.parametrize("name", ["test.parquet", "test.jsonl", "test.json"])
+def test_a_git_lfs_pointer_is_named_as_such(tmp_path, name):
+    path = _write(tmp_path / name, LFS_POINTER)
+    with pytest.raises(InputError, match=rf"{name}: a Git LFS pointer \(sha256:4d7a2146.*617522 bytes\).*git lfs pull"):
+        load_qa_file(path, "nq", "test")
+
+
+def test_a_git_lfs_pointer_as_corpus_is_named_as_such(tmp_path):
+    with pytest.raises(InputError, match="a Git LFS pointer"):
+        load_corpus_file(_write(tmp_path / "wiki18.jsonl", LFS_POINTER))

@@ -182,7 +182,7 @@ def test_formatting_of_retrieved_passages(built):
     hits = retriever.search(["penguin safety rules"], k=2)[0]
     text = format_information(hits)
     lines = text.split("\n")
-    assert lines[0] == f"Doc 1(Title: {hits[0].title}) {hits[0].text}"
+    assert lines[0] == f'Doc 1(Title: "{hits[0].title}") {hits[0].text}'
     assert lines[1].startswith("Doc 2(Title: ")
     assert split_contents(hits[0].contents) == (hits[0].title, hits[0].text)
 

@@ -57,14 +57,18 @@ def test_correctness_normalised_match_against_every_alias():
     assert math.isnan(out["correct"].iloc[4])
 
 
-def test_empty_answer_is_never_correct_even_against_an_empty_alias():
-    s = pd.DataFrame([cand("q1/t0", 0, "", golden_answers=["the"]), cand("q1/t0", 1, "a", golden_answers=["the"])])
-    assert answerer_correctness(s)["correct"].tolist() == [0.0, 0.0]
+def test_answer_and_alias_that_normalise_to_empty_match_as_in_the_references():
+    s = pd.DataFrame([cand("q1/t0", 0, "", golden_answers=["the"]), cand("q1/t0", 1, "a", golden_answers=["the"]),
+                      cand("q1/t0", 2, "x", golden_answers=["the"])])
+    assert answerer_correctness(s)["correct"].tolist() == [1.0, 1.0, 0.0]
 
 
-def test_bad_golden_answers_raise_naming_the_column():
-    with pytest.raises(InputError, match="golden_answers"):
-        answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris", golden_answers="Paris")]))
+def test_a_single_gold_string_is_one_alias_and_bad_golden_answers_name_the_row():
+    s = answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris", golden_answers="Paris"),
+                                           cand("q1/t0", 1, "Paris", golden_answers="Paris, France")]))
+    assert s["correct"].tolist() == [1.0, 0.0]
+    with pytest.raises(InputError, match="samples row 0: golden_answers"):
+        answerer_correctness(pd.DataFrame([cand("q1/t0", 0, "Paris", golden_answers=3)]))
 
 
 def test_team_outcome_is_max_over_final_request_only():

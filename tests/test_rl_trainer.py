@@ -22,10 +22,12 @@ import pytest
 import torch
 
 from pipeline.agents.prompts import load_prompts
+from pipeline.agents.searcher import observation_text
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
+from pipeline.retrieval.base import Passage
 from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.rl.train_params import TrainConfig
@@ -165,7 +167,7 @@ def test_teacher_scores_exactly_the_students_context(tokenizer):
     teacher = HFBackend(tiny_model(tokenizer, 3), tokenizer)
     prompt = teacher.encode_prompt("You are a Searcher.\nTask: capital of place 1\nSearcher:")
     gen1 = teacher.encode("<search>capital</search>")
-    obs = teacher.encode("<information>Doc 1(Title: Paris) Paris is the capital.</information>")
+    obs = teacher.encode(observation_text([Passage("p0", "Paris", "Paris is the capital.")]))
     gen2 = teacher.encode("<report>paris</report>")
     response = gen1 + obs + gen2
     sources = ["generated"] * len(gen1) + ["observation"] * len(obs) + ["generated"] * len(gen2)

@@ -41,7 +41,7 @@ def audit_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
                [("<dispatch><task>find Kalo</task></dispatch>", "generated")]),
         sample("q1/t0/c1", "searcher", "report", [
             ("<search>Kalo</search>", "generated"),
-            ("<information>Doc 1(Title: Kalo) Kalo is a river.</information>", "observation"),
+            ('\n\n<information>Doc 1(Title: "Kalo") Kalo is a river.</information>\n\n', "observation"),
             ("<think>ok</think><report>Kalo is a river</report>", "generated"),
         ], padding=3),
         sample("q1/t0/c2", "leader", "answer_with", [("<answer_with>R1</answer_with>", "generated")]),

@@ -11,8 +11,9 @@ from pipeline.retrieval.base import Passage, format_information
 
 
 def observation_text(passages: Sequence[Passage]) -> str:
-    """What the environment appends after a <search>: Search-R1's information block."""
-    return "\n<information>" + format_information(passages) + "</information>\n"
+    """What the environment appends after a <search>: Search-R1's observation, exactly
+    (`'\\n\\n<information>' + body + '</information>\\n\\n'` in its generation.py)."""
+    return "\n\n<information>" + format_information(passages) + "</information>\n\n"
 
 
 class SearcherAgent:

@@ -9,26 +9,23 @@ Other files in these folders are ignored. Every QA file becomes rows of
 (dataset, split, id, question, golden_answers: list[str], source_id); every corpus
 file becomes rows of (id, title, text, contents = '"Title"\\ntext').
 
-QA record formats recognised (per record, so a file may mix them):
-  - FlashRAG: {"id", "question", "golden_answers": [..]}
-  - Search-R1 parquet: question, golden_answers and/or reward_model.ground_truth.target (list or scalar)
-  - verl jsonl: prompt [{role, content}], reward_model.ground_truth a plain string, extra_info.question
-  - reward_model stored as a JSON string holding {"ground_truth": {"target": ...}}
-  - plain JSON list: {question, answer: str | [str]}
-  - TriviaQA style: {context: "Question: ...\\nAnswer:", answer, aliases: [..]}
-Answers are looked up in this order: golden_answers, reward_model, answer (+ aliases), answers.
+QA files: jsonl, a JSON list of records, TriviaQA's official {"Data": [...]} JSON, or
+parquet. Each record's layout is recognised by its fields (FlashRAG, Search-R1, verl,
+plain {question, answer}, TriviaQA; see pipeline.data.qa_fields), so a file may mix them;
+every alias list a record carries is gold, and a lone answer string only when there is no
+list. A Git LFS pointer in place of a data file is named as such.
 
-Ids: the row's own id, prefixed as "<dataset>_<split>_<id>" so ids stay unique when
-datasets are pooled (the file's id is kept in source_id); a row without an id gets
-"<dataset>_<split>_<row>" (row: 0-based position in the file). Error messages give
-1-based positions: "line N" (jsonl), "item N" (JSON list), "row N" (parquet).
+Ids: the record's own id (`id`, `_id`, `idx`, ..., `extra_info.index`), prefixed as
+"<dataset>_<split>_<id>" so ids stay unique when datasets are pooled (the file's id is kept
+in source_id); a record without an id gets "<dataset>_<split>_<row>" (row: 0-based position
+in the file). Error messages give 1-based positions: "line N" (jsonl), "item N" (JSON
+list), "row N" (parquet).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,12 +35,17 @@ import pyarrow as pa
 import pyarrow.json as pj
 from tqdm import tqdm
 
+from pipeline.data.qa_fields import present as _present
+from pipeline.data.qa_fields import qa_record
 from pipeline.errors import InputError
 
 QA_COLUMNS = ["dataset", "split", "id", "question", "golden_answers", "source_id"]
 CORPUS_COLUMNS = ["id", "title", "text", "contents"]
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
-_TRIVIA_CONTEXT = re.compile(r"^\s*Question:\s*(.*?)\s*(?:\n\s*)?Answer:\s*$", re.DOTALL)
+LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/"
+LFS_POINTER_MAX_BYTES = 1024  # git-lfs writes pointers of about 130 bytes and reads none above 1024
+
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- reading records
@@ -74,8 +76,11 @@ def _json_records(path: Path) -> Iterator[tuple[str, Any]]:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: malformed JSON: {e.msg} (line {e.lineno}, column {e.colno})") from e
+    if isinstance(data, dict) and isinstance(data.get("Data"), list):
+        data = data["Data"]  # TriviaQA's official layout
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+        found = f"an object with keys {sorted(data)[:8]}" if isinstance(data, dict) else type(data).__name__
+        raise InputError(f"{path}: expected a JSON list of records or TriviaQA's {{\"Data\": [...]}}, got {found}")
     for n, rec in enumerate(data, start=1):
         yield f"{path}, item {n}", rec
 
@@ -89,116 +94,35 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, Any]]:
         yield f"{path}, row {n}", rec
 
 
+def check_not_lfs_pointer(path: Path) -> None:
+    """Raise when `path` is a Git LFS pointer (a cloned repository without `git lfs pull`)."""
+    try:
+        if path.stat().st_size > LFS_POINTER_MAX_BYTES:
+            return
+        head = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
+    if not head.startswith(LFS_POINTER_PREFIX):
+        return
+    fields = dict(line.split(" ", 1) for line in head.decode("utf-8", "replace").splitlines() if " " in line)
+    raise InputError(
+        f"{path}: a Git LFS pointer ({fields.get('oid', 'unknown oid')}, {fields.get('size', '?')} bytes), "
+        f"not the data itself; run `git lfs pull` in the repository it came from, or download the file, "
+        f"and put the real file here"
+    )
+
+
 def _records(path: Path) -> Iterator[tuple[str, Any]]:
     readers = {".jsonl": _jsonl_records, ".json": _json_records, ".parquet": _parquet_records}
     if path.suffix not in readers:
         raise InputError(f"{path}: unsupported file type {path.suffix!r}; expected one of {DATA_SUFFIXES}")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
+    check_not_lfs_pointer(path)
     for where, rec in readers[path.suffix](path):
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a JSON object (record), got {type(rec).__name__}")
         yield where, rec
-
-
-# ---------------------------------------------------------------- fields of a QA record
-
-
-def _present(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
-
-
-def _answer_list(v: Any, where: str, field: str) -> list[str]:
-    """A string or a list/array of strings, as a list of strings."""
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, (list, tuple, np.ndarray)):
-        items = list(v)
-        for k, item in enumerate(items, start=1):
-            if not isinstance(item, str):
-                raise InputError(
-                    f"{where}: field '{field}' must be a string or a list of strings; "
-                    f"element {k} is {type(item).__name__} ({item!r})"
-                )
-        return items
-    raise InputError(
-        f"{where}: field '{field}' must be a string or a list of strings, got {type(v).__name__} ({v!r})"
-    )
-
-
-def _reward_answers(rm: Any, where: str) -> list[str] | None:
-    if isinstance(rm, str):
-        try:
-            rm = json.loads(rm)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}: field 'reward_model' is a string but not valid JSON ({e.msg})") from e
-    if not isinstance(rm, dict) or not _present(rm.get("ground_truth")):
-        return None
-    gt = rm["ground_truth"]
-    if isinstance(gt, dict):
-        if not _present(gt.get("target")):
-            raise InputError(f"{where}: field 'reward_model.ground_truth' has no 'target'")
-        return _answer_list(gt["target"], where, "reward_model.ground_truth.target")
-    return _answer_list(gt, where, "reward_model.ground_truth")
-
-
-def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
-def _answers(rec: dict, where: str) -> list[str]:
-    if _present(rec.get("golden_answers")):
-        return _answer_list(rec["golden_answers"], where, "golden_answers")
-    if _present(rec.get("reward_model")):
-        found = _reward_answers(rec["reward_model"], where)
-        if found is not None:
-            return found
-    if _present(rec.get("answer")):
-        answers = _answer_list(rec["answer"], where, "answer")
-        if _present(rec.get("aliases")):
-            answers += _answer_list(rec["aliases"], where, "aliases")
-        return _unique(answers)
-    if _present(rec.get("answers")):
-        return _answer_list(rec["answers"], where, "answers")
-    raise InputError(
-        f"{where}: missing answers; expected field 'golden_answers', 'reward_model.ground_truth', "
-        f"'answer' or 'answers' (a string or a list of strings)"
-    )
-
-
-def _from_prompt(prompt: Any) -> str | None:
-    if isinstance(prompt, np.ndarray):
-        prompt = list(prompt)
-    if not isinstance(prompt, list):
-        return None
-    users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-    if not users or not isinstance(users[-1], str):
-        return None
-    content = users[-1]
-    # Search-R1 style prompts wrap the question in instructions ending "Question: ...".
-    return content.rsplit("Question:", 1)[-1].strip() if "Question:" in content else content
-
-
-def _question(rec: dict, where: str) -> str:
-    if _present(rec.get("question")):
-        if not isinstance(rec["question"], str):
-            raise InputError(f"{where}: field 'question' must be a string, got {type(rec['question']).__name__}")
-        return rec["question"]
-    if _present(rec.get("context")):
-        m = _TRIVIA_CONTEXT.match(str(rec["context"]))
-        if not m:
-            raise InputError(f"{where}: field 'context' must look like 'Question: ...\\nAnswer:'")
-        return m.group(1)
-    extra = rec.get("extra_info")
-    if isinstance(extra, dict) and isinstance(extra.get("question"), str):
-        return extra["question"]
-    from_prompt = _from_prompt(rec.get("prompt"))
-    if from_prompt is not None:
-        return from_prompt
-    raise InputError(
-        f"{where}: missing question; expected field 'question' (a string), a TriviaQA 'context', "
-        f"'extra_info.question' or a chat 'prompt' with a user message"
-    )
 
 
 # ---------------------------------------------------------------- public loaders
@@ -209,13 +133,18 @@ def load_qa_file(path: str | Path, dataset: str, split: str) -> pd.DataFrame:
     path = Path(path)
     rows = []
     first_seen: dict[str, str] = {}
+    set_aside = 0
     for row, (where, rec) in enumerate(_records(path)):
-        source_id = str(rec["id"]) if _present(rec.get("id")) else ""
-        qid = f"{dataset}_{split}_{source_id if source_id else row}"
+        parsed = qa_record(rec, where)
+        qid = f"{dataset}_{split}_{parsed.source_id if parsed.source_id else row}"
         if qid in first_seen:
             raise InputError(f"{where}: id {qid!r} repeats {first_seen[qid]}; expected unique ids")
         first_seen[qid] = where
-        rows.append((dataset, split, qid, _question(rec, where), _answers(rec, where), source_id))
+        set_aside += bool(parsed.set_aside)
+        rows.append((dataset, split, qid, parsed.question, parsed.golden_answers, parsed.source_id))
+    if set_aside:
+        logger.info("%s: %d of %d records carry an answer string beside an alias list (e.g. a joined "
+                    "reward_model.ground_truth); their alias lists are the gold", path, set_aside, len(rows))
     return pd.DataFrame(rows, columns=QA_COLUMNS)
 
 

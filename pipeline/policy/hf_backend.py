@@ -16,7 +16,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
 
 from pipeline.errors import InputError
-from pipeline.io import atomic_dir
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText, truncate_left
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
@@ -43,6 +42,8 @@ def save_hf_folder(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike
 ) -> Path:
     """Write a standard HF folder (config.json, model.safetensors, tokenizer files) atomically."""
+    from pipeline.io import atomic_dir  # here, so that the backend imports nothing beyond torch and transformers
+
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

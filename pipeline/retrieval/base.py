@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
 
@@ -12,11 +12,12 @@ class Passage:
     title: str
     text: str
     score: float = 0.0
+    stored_contents: str | None = field(default=None, compare=False, repr=False)  # as read, if read
 
     @property
     def contents(self) -> str:
-        """wiki-18 corpus form: '"Title"\\ntext'."""
-        return f'"{self.title}"\n{self.text}'
+        """The corpus `contents` string it was read from, else the wiki-18 form '"Title"\\ntext'."""
+        return self.stored_contents if self.stored_contents is not None else f'"{self.title}"\n{self.text}'
 
 
 @runtime_checkable
@@ -26,5 +27,11 @@ class Retriever(Protocol):
 
 
 def format_information(passages: Sequence[Passage]) -> str:
-    """Search-R1 observation body: 'Doc 1(Title: t) text' lines."""
-    return "\n".join(f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(passages, 1))
+    """The body of a Search-R1 <information> block, character for character: its
+    `_passages2string` ('Doc i(Title: <first line of contents as stored>) <the other lines>'
+    plus a newline, per passage) stripped, as Search-R1 strips it before wrapping it in tags."""
+    lines = []
+    for i, passage in enumerate(passages, 1):
+        title_line, _, text = passage.contents.partition("\n")
+        lines.append(f"Doc {i}(Title: {title_line}) {text}\n")
+    return "".join(lines).strip()

@@ -22,7 +22,8 @@ def parse_hit(hit: Any) -> Passage:
     if not isinstance(doc, dict) or not isinstance(doc.get("contents"), str):
         raise RetrievalError(f"retrieval response: expected a document with 'contents', got {hit!r:.200}")
     title, text = split_contents(doc["contents"])
-    return Passage(id=str(doc.get("id", "")), title=title, text=text, score=float(score or 0.0))
+    return Passage(id=str(doc.get("id", "")), title=title, text=text, score=float(score or 0.0),
+                   stored_contents=doc["contents"])
 
 
 class HttpRetriever:

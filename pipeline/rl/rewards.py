@@ -8,16 +8,14 @@ comes from `common.rewards` of params.yaml (a RewardParams).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
 import torch
 from verl.trainer.ppo.core_algos import kl_penalty
 
 from pipeline.config import RewardParams
-from pipeline.data.normalize import normalize_answer
 from pipeline.errors import InputError
+from pipeline.eval.em import exact_match
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
 from pipeline.rl.modes import KL_ROLES, TrainingMode, get_mode
 
@@ -41,16 +39,12 @@ def _with_role_values(samples: pd.DataFrame, column: str, role: str, values: np.
     return out
 
 
-def _aliases(value: object, row: int) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise InputError(f"samples.golden_answers: expected a list of str in row {row}, got {type(value).__name__}")
-    return [str(a) for a in value]
-
-
-def is_correct(answer: str, golden_answers: Iterable[str]) -> bool:
-    """Normalised exact match against any alias; an answer normalising to "" is never correct."""
-    norm = normalize_answer(answer)
-    return bool(norm) and norm in {normalize_answer(g) for g in golden_answers}
+def _correct(answer: object, golden: object, row: int) -> bool:
+    """c_ij by the evaluation's exact match; a missing answer (None/NaN) is wrong."""
+    try:
+        return exact_match(answer if isinstance(answer, str) else None, golden)
+    except InputError as e:
+        raise InputError(f"samples row {row}: {e}") from e
 
 
 def answerer_correctness(samples: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +57,7 @@ def answerer_correctness(samples: pd.DataFrame) -> pd.DataFrame:
         [
             0.0
             if malformed[i]
-            else float(is_correct(str(samples["answer"].iat[i]), _aliases(samples["golden_answers"].iat[i], i)))
+            else float(_correct(samples["answer"].iat[i], samples["golden_answers"].iat[i], i))
             for i in rows
         ],
         dtype=np.float64,
