@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PLOTS_TEMPLATE := .dvc/offline_plots.html
 
 export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -15,7 +16,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui
 
-setup: $(STAMP)
+setup: $(STAMP) $(PLOTS_TEMPLATE)
 
 # torch first (the CPU build on this machine's disk), then everything else under the lock,
 # so nothing pulls a multi-GB CUDA torch.
@@ -26,6 +27,10 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# The page `dvc plots show` fills, with Vega inlined so it opens offline (named in .dvc/config).
+$(PLOTS_TEMPLATE): $(STAMP)
+	$(BIN)/python -m pipeline plots-template
 
 repro: setup
 	$(BIN)/dvc repro
