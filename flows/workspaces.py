@@ -38,6 +38,8 @@ STATE_DIR = ".maopd"
 # Top-level paths of a checkout that are state, never code: not mirrored, never deleted.
 _STATE = ("data", "reports", ".dvc", STATE_DIR, "dvc.lock", "mlflow.db", "mlartifacts", ".git")
 _sync_lock = threading.Lock()
+# Under .dvc/: the plot templates (dvc.yaml names them) and the offline page `make setup` writes.
+_PLOT_FILES = ("plots", "offline_plots.html")
 
 
 class StageFailed(RuntimeError):
@@ -211,6 +213,12 @@ def mirror(layout: RunLayout, dest: Path) -> None:
         atomic_write_text(params, switched)
     (dest / ".dvc").mkdir(exist_ok=True)
     shutil.copy2(layout.checkout / ".dvc" / "config", dest / ".dvc" / "config")
+    for rel in _PLOT_FILES:  # so `dvc plots show` works in a run root too
+        src = layout.checkout / ".dvc" / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / ".dvc" / rel, dirs_exist_ok=True)
+        elif src.is_file() and not _same_file(src, dest / ".dvc" / rel):
+            shutil.copy2(src, dest / ".dvc" / rel)
     local = ["[core]", "    no_scm = true", "[cache]", f"    dir = {layout.cache_dir}"]
     url, name = default_remote_url(layout.checkout), _remote_name(layout.checkout)
     if url and name:

@@ -121,6 +121,7 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
     assert len(pd.read_csv(folder / "plots" / "gaps.csv")) == 3
 
     assert "## What this scale can show" in md and "test questions per system" in md
+    assert "[splits](data_docs/splits/index.html), [masks](data_docs/masks/index.html)" in md
     link = f"[`{store['run_id']}`](http://127.0.0.1:5000/#/experiments/"
     assert link in md and f"/runs/{store['run_id']}?workflowType=machine_learning)" in md
 

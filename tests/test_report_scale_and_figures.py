@@ -108,3 +108,12 @@ def test_macro_and_gap_figures_draw_any_systems(evaluated, tmp_path):
                                  tmp_path / "macro.png")
     figures.gaps_with_intervals(results.gaps, pub.GAPS, "multiagent_opd", 95, 60, tmp_path / "gaps.png")
     assert (tmp_path / "macro.png").stat().st_size > 1000 and (tmp_path / "gaps.png").stat().st_size > 1000
+
+
+def test_scores_that_never_vary_show_nothing():
+    records = pd.concat([synthetic_records(s, 0.3, QUOTAS, seed=i) for i, s in enumerate(["multiagent_opd", "c_mas_rl"])],
+                        ignore_index=True).assign(strict_correct=False)  # an untrained model: every answer wrong
+    results = compute_results(records, ["multiagent_opd", "c_mas_rl"], [], "multiagent_opd", 4, DRAWS, SEED, LEVEL)
+    intervals = macro_intervals(records, ["multiagent_opd", "c_mas_rl"], runs=4, draws=DRAWS, seed=SEED, level=LEVEL)
+    text = scale_section(measure_scale(results, intervals), "ci", "m", 95, "multiagent_opd")
+    assert "**Resolution:** none" in text and "can test the paper's ordering" not in text

@@ -42,9 +42,14 @@ def _model_text(model: dict) -> str:
     return f"{model.get('model_type', 'model')}{size} (`{model.get('folder')}`)"
 
 
-def data_docs(folder: Path) -> list[str]:
-    """Index pages of the Great Expectations Data Docs under reports/<profile>/data_docs/."""
-    return sorted(p.relative_to(folder).as_posix() for p in (folder / "data_docs").glob("*/index.html"))
+# Great Expectations Data Docs beside the report (dvc.yaml outputs of validate_splits and
+# validate_masks). Linked whether or not they are here: in a Prefect run the report is built
+# in its own workspace, and the pages meet it in the run's checkout.
+DATA_DOCS = ("splits", "masks")
+
+
+def data_docs() -> list[str]:
+    return [f"data_docs/{name}/index.html" for name in DATA_DOCS]
 
 
 def build_report(params: Params, root: Path) -> ReportOutput:
@@ -83,7 +88,7 @@ def build_report(params: Params, root: Path) -> ReportOutput:
         protocol={"runs": ev.runs, "bootstrap_draws": ev.bootstrap_draws, "bootstrap_seed": ev.bootstrap_seed,
                   "confidence": ev.confidence, "target_system": ev.target_system},
         runs=runs, figures=figure_names, curves=list(curves), curve_files=curve_files,
-        data_docs=data_docs(folder),
+        data_docs=data_docs(),
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
                             ev.target_system),
     )

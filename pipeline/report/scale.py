@@ -56,15 +56,20 @@ def scale_section(scale: Scale | None, profile: str, model: str, level: int, tar
     smallest_name, (smallest, _, _) = min(pub.GAPS.items(), key=lambda item: item[1][0])
     published = ", ".join(f"{_label(target)} - {_label(b)} {d:.2f}" for b, (d, _, _) in pub.GAPS.items())
     resolution = scale.gap_half_width if scale.gap_half_width is not None else scale.system_half_width * math.sqrt(2)
-    lines = [
-        f"**Made at:** the `{profile}` profile: {scale.questions} test questions per system "
-        f"({scale.datasets} datasets), {scale.runs} runs each; base model {model}; "
-        f"the paper used {PAPER_MODEL}.",
-        f"**Resolution:** one system's macro avg@{scale.runs} is known to within "
-        f"±{scale.system_half_width:.1f} points (median half-width of its {level}% bootstrap interval)"
-        + (f"; a paired gap of {_label(target)} against a baseline to within ±{scale.gap_half_width:.1f} points "
-           f"(median over {len(scale.compared)} baselines)." if scale.gap_half_width is not None else "."),
-    ]
+    lines = [f"**Made at:** the `{profile}` profile: {scale.questions} test questions per system "
+             f"({scale.datasets} datasets), {scale.runs} runs each; base model {model}; "
+             f"the paper used {PAPER_MODEL}."]
+    if resolution == 0:  # every question scores the same, under any resampling
+        lines += ["**Resolution:** none. Every question scores the same for every system, so resampling "
+                  "never moves a macro score: the intervals have no width and measure nothing.",
+                  f"**Can show:** no difference between systems. **Cannot show:** any difference between "
+                  f"systems, nor the paper's gaps ({published} points)."]
+        return "\n".join(f"- {line}" for line in lines)
+    lines.append(f"**Resolution:** one system's macro avg@{scale.runs} is known to within "
+                 f"±{scale.system_half_width:.1f} points (median half-width of its {level}% bootstrap interval)"
+                 + (f"; a paired gap of {_label(target)} against a baseline to within ±{scale.gap_half_width:.1f} "
+                    f"points (median over {len(scale.compared)} baselines)." if scale.gap_half_width is not None
+                    else "."))
     if scale.compared:
         named = ", ".join(_label(b) for b in scale.resolved) or "none"
         lines.append(f"**Can show:** gaps of more than about {resolution:.1f} points. Here "
