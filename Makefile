@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui
+.PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui browser-check
 
 setup: $(STAMP) $(PLOTS_TEMPLATE)
 
@@ -52,8 +52,14 @@ prefect-down:
 	scripts/prefect-down.sh
 
 mlflow-ui: setup
+	@MLFLOW_UI_URL=http://127.0.0.1:5000 $(BIN)/python -m pipeline mlflow-links
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --host 127.0.0.1 --port 5000 --workers 1 \
 		--backend-store-uri sqlite:///$(CURDIR)/mlflow.db --default-artifact-root $(CURDIR)/mlartifacts
+
+# The report, the `dvc plots` page, MLflow's runs page and a Prefect flow-run page in headless
+# Chromium (Debian's package: apt-get install -y chromium); fails on a blank page or a console error.
+browser-check: setup
+	$(BIN)/python scripts/browser_check.py
 
 clean-venv:
 	rm -rf $(VENV)

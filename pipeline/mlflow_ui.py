@@ -1,7 +1,8 @@
 """Links into the MLflow UI (`make mlflow-ui`): the base URL comes from MLFLOW_UI_URL.
 
-Experiment links open the runs table in the model-training view: MLflow 3's UI reads the
-view from the `workflowType` query parameter, and otherwise from the browser's last choice.
+Experiment links open the runs table in the model-training view. MLflow 3.17's UI takes the
+view from the link's `workflowType` query parameter, else from the browser's last choice
+(GenAI at first); it no longer reads the experiment's `mlflow.experimentKind` tag for it.
 """
 
 from __future__ import annotations
@@ -22,3 +23,11 @@ def experiment_url(experiment_id: str) -> str:
 
 def run_url(experiment_id: str, run_id: str) -> str:
     return f"{ui_url()}/#/experiments/{experiment_id}/runs/{run_id}?{VIEW}"
+
+
+def experiment_links(tracking_uri: str) -> list[str]:
+    """One line per experiment of the store: its name and its link."""
+    from mlflow.tracking import MlflowClient
+
+    experiments = MlflowClient(tracking_uri=tracking_uri).search_experiments()
+    return [f"{e.name}: {experiment_url(e.experiment_id)}" for e in experiments if e.name != "Default"]

@@ -186,3 +186,13 @@ def test_the_readme_comparison_recipe_runs_through_mlflows_search(tmp_path, stor
     assert {r.info.run_name for r in evaluation} == {"evaluate@multiagent_opd", "evaluate@c_mas_rl"}
     for run in evaluation:
         assert set(metric_names) <= set(run.data.metrics), sorted(run.data.metrics)
+
+
+def test_printed_experiment_links_open_the_runs_table_in_the_training_view(tmp_path, store, monkeypatch):
+    from pipeline.mlflow_ui import experiment_links
+
+    monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000/")
+    ensure_experiment("tiny", f"sqlite:///{tmp_path}/mlflow.db", (tmp_path / "a").as_uri())
+    experiment = store.get_experiment_by_name(experiment_name("tiny")).experiment_id
+    assert experiment_links(f"sqlite:///{tmp_path}/mlflow.db") == [
+        f"multiagent-opd-tiny: http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"]
