@@ -29,6 +29,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
 from prefect.context import TaskRunContext
+from prefect.exceptions import UnfinishedRun
 from prefect.states import Completed, Pending, Running
 
 from flows.dvc_graph import pool_for, select, stage_graph, uncached_outputs, upstream_of
@@ -165,9 +166,20 @@ def paper_flow(profile: str | None = None, stages: list[str] | None = None, chec
             stage, str(layout.checkout), layout.profile, graph[stage], pool, stage in clean, uncached.get(stage),
             wait_for=[futures[u] for u in upstream_of(graph, stage, chosen)],
         )
-    statuses = {stage: future.result()["status"] for stage, future in futures.items()}
+    statuses: dict[str, str] = {}
+    errors: list[BaseException] = []
+    for stage, future in futures.items():
+        try:
+            statuses[stage] = future.result()["status"]
+        except UnfinishedRun:  # an upstream stage failed: this one never started
+            statuses[stage] = "not run"
+        except Exception as error:  # noqa: BLE001 (the stage's own failure, after its retries: raised below)
+            statuses[stage] = "failed"
+            errors.append(error)
     create_markdown_artifact(
         summary_markdown(root, layout.profile, statuses,
                          profile_experiment_id(env["MLFLOW_TRACKING_URI"], layout.profile)),
         key=f"maopd-{layout.profile}-summary", description="stage outcomes, the report's main table, links")
+    if errors:
+        raise errors[0]
     return statuses

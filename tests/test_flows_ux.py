@@ -147,3 +147,28 @@ def test_deploying_creates_the_pools_the_gpu_limit_and_the_deployments(prefect_s
         paper = client.read_deployment_by_name("maopd-paper/paper")
         assert [s.active for s in paper.schedules] == [False]  # no gpu worker online
         assert [s.active for s in client.read_deployment_by_name("maopd-paper/smoke").schedules] == [True]
+
+
+def test_a_failed_stage_still_leaves_the_summary(prefect_server, tmp_path, monkeypatch):
+    """splits fails (its own error, not retried), corpus is independent and runs,
+    validate_splits never starts: the flow fails, and its summary says so."""
+    from prefect.client.orchestration import get_client
+
+    from flows import stages
+    from pipeline.repo_copy import copy_repo
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    checkout = copy_repo(tmp_path / "repo", profile="ci")
+    real = stages.run_stage
+
+    def failing(layout, stage, *args, **kwargs):
+        if stage == "splits":
+            raise workspaces.StageFailed("dvc repro --single-item splits failed (exit 2)", transient=False)
+        return real(layout, stage, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "run_stage", failing)
+    with pytest.raises(workspaces.StageFailed):
+        stages.paper_flow(profile="ci", stages=["splits", "corpus", "validate_splits"], checkout=str(checkout))
+    with get_client(sync_client=True) as client:
+        (summary,) = [a for a in client.read_artifacts() if a.key == "maopd-ci-summary"]
+    assert "1 failed, 1 not run, 1 ran" in summary.data
