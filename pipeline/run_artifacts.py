@@ -120,19 +120,22 @@ def log_curves(mlf: Any) -> int:
     return len(series)
 
 
-def weights_run(experiment_id: str, weights_sha256: str) -> str | None:
-    """The newest finished run of the experiment that wrote weights with this hash."""
+def weights_run(experiment_id: str, weights_sha256: str, system: str | None = None) -> str | None:
+    """The finished run of the experiment that wrote weights with this hash: the newest one
+    tagged with `system` when there is one (two trainings can write identical weights), else
+    the newest."""
     from mlflow.tracking import MlflowClient
 
     runs = MlflowClient().search_runs(
         [experiment_id], f"tags.{WEIGHTS_SHA_TAG} = '{weights_sha256}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=1)
-    return runs[0].info.run_id if runs else None
+        order_by=["attributes.start_time DESC"], max_results=50)
+    own = [r for r in runs if system is not None and r.data.tags.get("system") == system]
+    return (own or runs)[0].info.run_id if runs else None
 
 
-def link_weights(mlf: Any, weights_sha256: str) -> str | None:
+def link_weights(mlf: Any, weights_sha256: str, system: str | None = None) -> str | None:
     """Tag the active evaluation run with the run that wrote the weights it evaluated."""
     mlf.set_tag(EVALUATED_SHA_TAG, weights_sha256)
-    run = weights_run(mlf.active_run().info.experiment_id, weights_sha256)
+    run = weights_run(mlf.active_run().info.experiment_id, weights_sha256, system)
     mlf.set_tag(WEIGHTS_RUN_TAG, run or "not found")
     return run

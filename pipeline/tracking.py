@@ -35,7 +35,7 @@ def git_commit(root: Path | None = None) -> str:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10
         )
-        sha = out.stdout.strip()
+        sha = out.stdout.strip() if out.returncode == 0 else ""  # no commit yet: git prints "HEAD"
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in GENERATED_PATHS)],
             cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10,

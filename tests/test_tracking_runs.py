@@ -97,6 +97,10 @@ def test_commit_tag_is_clean_when_only_dvc_written_files_changed(tmp_path, monke
     (tmp_path / "pipeline" / "new.py").unlink()
     (tmp_path / "params.yaml").write_text("v2\n")
     assert git_commit(tmp_path) == f"{sha}-dirty"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _git(fresh, "init", "-q")
+    assert git_commit(fresh) == "unknown"  # no commit yet
 
 
 def test_training_run_logs_and_registers_its_model_audit_and_curves(tmp_path, store, model_folder):
@@ -139,6 +143,15 @@ def test_evaluation_links_to_the_run_of_its_weights_and_logs_records(tmp_path, s
     run = store.get_run(evaluated)
     assert run.data.tags[WEIGHTS_RUN_TAG] == trained and run.data.tags["kind"] == "evaluation"
     assert [a.path for a in store.list_artifacts(evaluated, "records")] == ["records/records.parquet"]
+
+    with stage_run("prompted_critic", "ci", tags={"system": "prompted_critic"}, root=tmp_path) as mlf:
+        log_weights(mlf, _params(0), tmp_path, model_folder, "prompted_critic", "prompted_critic")  # same bytes
+        twin = mlf.active_run().info.run_id
+    for system, expected in (("multiagent_opd", trained), ("prompted_critic", twin)):
+        with stage_run(f"evaluate@{system}", "ci", tags={"system": system}, root=tmp_path) as mlf:
+            log_evaluation(mlf, records, model_fingerprint(model_folder), system)
+            evaluated = mlf.active_run().info.run_id
+        assert store.get_run(evaluated).data.tags[WEIGHTS_RUN_TAG] == expected, system
 
 
 def test_report_run_holds_the_page_with_its_figures(tmp_path, store):

@@ -77,7 +77,7 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
                     "model_dir": model_dir.relative_to(root).as_posix()},
                    tags={"system": system_name}, root=root) as mlf:
         mlf.log_metrics(metrics)
-        log_evaluation(mlf, out_dir / "records.parquet", extra["model"])
+        log_evaluation(mlf, out_dir / "records.parquet", extra["model"], system_name)
     return {"system": system_name, "records": len(records), "macro_avg@4": metrics[f"macro_avg_at_{runs}"],
             "shards_computed": result.computed, "shards_reused": result.reused, "seconds": round(result.seconds, 1)}
 

@@ -33,10 +33,12 @@ def log_training(mlf: Any, params: Params, root: Path, folder: Path, system: str
     log_curves(mlf)
 
 
-def log_evaluation(mlf: Any, records: Path, weights_sha256: str) -> None:
+def log_evaluation(mlf: Any, records: Path, weights_sha256: str, system: str | None = None) -> None:
+    """The records, and the run that wrote the evaluated weights (the run of `system` when
+    two runs wrote the same weights)."""
     mlf.set_tag(KIND_TAG, "evaluation")
     mlf.log_artifact(str(records), artifact_path="records")
-    link_weights(mlf, weights_sha256)
+    link_weights(mlf, weights_sha256, system)
 
 
 def log_report(mlf: Any, folder: Path, metrics: Path) -> None:
