@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PLOTS_TEMPLATE := .dvc/offline_plots.html
 
 export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -13,9 +14,9 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui
+.PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui browser-check
 
-setup: $(STAMP)
+setup: $(STAMP) $(PLOTS_TEMPLATE)
 
 # torch first (the CPU build on this machine's disk), then everything else under the lock,
 # so nothing pulls a multi-GB CUDA torch.
@@ -26,6 +27,10 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# The page `dvc plots show` fills, with Vega inlined so it opens offline (named in .dvc/config).
+$(PLOTS_TEMPLATE): $(STAMP)
+	$(BIN)/python -m pipeline plots-template
 
 repro: setup
 	$(BIN)/dvc repro
@@ -47,8 +52,14 @@ prefect-down:
 	scripts/prefect-down.sh
 
 mlflow-ui: setup
+	@MLFLOW_UI_URL=http://127.0.0.1:5000 $(BIN)/python -m pipeline mlflow-links
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --host 127.0.0.1 --port 5000 --workers 1 \
 		--backend-store-uri sqlite:///$(CURDIR)/mlflow.db --default-artifact-root $(CURDIR)/mlartifacts
+
+# The report, the `dvc plots` page, MLflow's runs page and a Prefect flow-run page in headless
+# Chromium (Debian's package: apt-get install -y chromium); fails on a blank page or a console error.
+browser-check: setup
+	$(BIN)/python scripts/browser_check.py
 
 clean-venv:
 	rm -rf $(VENV)

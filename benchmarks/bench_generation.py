@@ -19,7 +19,6 @@ import resource
 import time
 
 import torch
-
 from transformers import DynamicCache
 
 from pipeline.basemodel.lm_training import pretrain_lm

@@ -1,10 +1,12 @@
-"""Register the deployments (shown in the Prefect UI) and their work pools.
+"""Register the deployments (shown in the Prefect UI), their work pools and the `gpu` limit.
 
     make prefect-up            # server + a `cpu` worker + this script (see the README)
     python -m flows.deploy     # against any server: PREFECT_API_URL=http://host:4200/api
 
 Deployments of the flow `maopd-paper` (`flows/stages.py:paper_flow`):
-- `paper`: the paper profile on the `gpu` pool, weekly (Sunday 03:00 UTC);
+- `paper`: the paper profile on the `gpu` pool, weekly (Sunday 03:00 UTC). Its schedule is
+  registered paused while no worker of the `gpu` pool is online (a scheduled run would wait
+  for one forever); run this script again once one is, or resume the schedule in the UI.
 - `smoke`: the ci profile on the `cpu` pool, nightly (02:00 UTC).
 Both run the whole DAG; DVC skips every stage whose inputs did not change. Any stage or
 group runs alone with `-p stages='["evaluate"]'`. Workers run the flow from this checkout.
@@ -12,13 +14,15 @@ group runs alone with `-p stages='["evaluate"]'`. Workers run the flow from this
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 from prefect import deploy
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.schedules import Cron
 
-from flows.stages import ROOT, paper_flow
+from flows.stages import ROOT, ensure_gpu_limit, paper_flow
 
 POOLS = {"cpu": "data, index and report stages; the ci smoke run",
          "gpu": "base model, training and evaluation stages; the paper profile"}
@@ -27,6 +31,7 @@ DEPLOYMENTS = {
     "paper": ("gpu", "0 3 * * 0", {"profile": "paper"}),
     "smoke": ("cpu", "0 2 * * *", {"profile": "ci"}),
 }
+GPU_SLOTS = 1  # the `gpu` limit's slots when this script creates it (the flow's gpu_slots default)
 
 
 async def ensure_pools() -> None:
@@ -37,25 +42,53 @@ async def ensure_pools() -> None:
                 await client.create_work_pool(WorkPoolCreate(name=name, type="process", description=description))
 
 
-def deployments() -> list[tuple]:
-    """(deployment, pool) pairs, the flow loaded from this checkout by the workers."""
+async def online_pools() -> set[str]:
+    """The pools with at least one online worker."""
+    async with get_client() as client:
+        found = set()
+        for pool in POOLS:
+            workers = await client.read_workers_for_work_pool(pool)
+            if any(str(getattr(w.status, "value", w.status)).upper() == "ONLINE" for w in workers):
+                found.add(pool)
+        return found
+
+
+def deployments(online: set[str] | None = None) -> list[tuple]:
+    """(deployment, pool) pairs, the flow loaded from this checkout by the workers. A schedule
+    whose pool has no online worker (`online`; None: assume every pool has one) is paused,
+    and the deployment's description says why."""
     source = paper_flow.from_source(source=str(ROOT), entrypoint="flows/stages.py:paper_flow")
-    return [
-        (source.to_deployment(name=name, cron=cron, parameters=parameters, tags=[pool, name],
-                              description=f"{parameters['profile']} profile, whole DAG, on the {pool} pool"),
-         pool)
-        for name, (pool, cron, parameters) in DEPLOYMENTS.items()
-    ]
+    built = []
+    for name, (pool, cron, parameters) in DEPLOYMENTS.items():
+        active = online is None or pool in online
+        description = f"{parameters['profile']} profile, whole DAG, on the {pool} pool."
+        if not active:
+            description += (f" Schedule paused: no worker of the `{pool}` pool is online, so a scheduled run "
+                            f"would wait for one. Start one (`prefect worker start --pool {pool}`; for `gpu` "
+                            f"the Dockerfile's image), then run `python -m flows.deploy` again or resume the "
+                            f"schedule here.")
+        built.append((source.to_deployment(name=name, schedules=[Cron(cron, timezone="UTC", active=active)],
+                                           parameters=parameters, tags=[pool, name], description=description),
+                      pool))
+    return built
 
 
-def main() -> list:
+def main(argv: list[str] | None = None) -> list:
+    parser = argparse.ArgumentParser(prog="python -m flows.deploy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker-starting", action="append", default=[], choices=sorted(POOLS), metavar="POOL",
+                        help="a pool whose worker is being started alongside (counts as online)")
+    args = parser.parse_args(argv)
     asyncio.run(ensure_pools())
+    ensure_gpu_limit(GPU_SLOTS)
+    online = asyncio.run(online_pools()) | set(args.worker_starting)
     ids = []
-    for dep, pool in deployments():
+    for dep, pool in deployments(online):
         ids += deploy(dep, work_pool_name=pool, build=False, push=False, print_next_steps_message=False)
+        state = "active" if pool in online else "paused (no online worker)"
+        print(f"deployment maopd-paper/{dep.name} on pool {pool}: schedule {state}")
     return ids
 
 
 if __name__ == "__main__":
-    for deployment_id in main():
-        print(deployment_id)
+    main()

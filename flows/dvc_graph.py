@@ -78,3 +78,12 @@ def upstream_of(graph: Mapping[str, list[str]], stage: str, chosen: Iterable[str
 def pool_for(stage: str) -> str:
     """`gpu` for the stages that load a model (base model, training, evaluation), else `cpu`."""
     return "gpu" if stage.startswith(GPU_STAGE_PREFIXES) else "cpu"
+
+
+def uncached_outputs(root: Path) -> dict[str, list[str]]:
+    """{stage: its `cache: false` outputs}: what syncing a stage back copies by hand."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return {s.addressing.split(":")[-1]: [o.def_path for o in s.outs if not o.use_cache]
+                for s in repo.index.stages}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from pipeline.mlflow_ui import run_url
 
 
 @dataclass(frozen=True)
@@ -13,8 +14,13 @@ class StageRun:
     url: str
 
 
-def ui_url() -> str:
-    return os.environ.get("MLFLOW_UI_URL", "http://127.0.0.1:5000").rstrip("/")
+def profile_experiment_id(tracking_uri: str, profile: str) -> str | None:
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.tracking import experiment_name
+
+    experiment = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment_name(profile))
+    return None if experiment is None else experiment.experiment_id
 
 
 def find_stage_run(tracking_uri: str, profile: str, stage: str, since_s: float | None = None) -> StageRun | None:
@@ -22,18 +28,15 @@ def find_stage_run(tracking_uri: str, profile: str, stage: str, since_s: float |
     `since_s` (epoch seconds) when given; None if there is none."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline.tracking import experiment_name
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment = client.get_experiment_by_name(experiment_name(profile))
-    if experiment is None:
+    experiment_id = profile_experiment_id(tracking_uri, profile)
+    if experiment_id is None:
         return None
     query = f"tags.stage = '{stage}'"
     if since_s is not None:
         query += f" and attributes.start_time >= {int(since_s * 1000)}"
-    runs = client.search_runs([experiment.experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1)
+    runs = MlflowClient(tracking_uri=tracking_uri).search_runs(
+        [experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         return None
     run_id = runs[0].info.run_id
-    return StageRun(run_id, experiment.experiment_id,
-                    f"{ui_url()}/#/experiments/{experiment.experiment_id}/runs/{run_id}")
+    return StageRun(run_id, experiment_id, run_url(experiment_id, run_id))

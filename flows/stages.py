@@ -2,34 +2,46 @@
 workspace (see `flows/workspaces.py`), submitted as soon as its upstream stages finish, so
 independent stages (the ablations, the evaluations) run at the same time.
 
+- Every task run is named after its stage; DVC's output streams into its log line by line.
 - Stages that load a model carry the tag `gpu` and hold a slot of the global concurrency
-  limit `gpu` (created with `gpu_slots` slots when missing) while they run.
+  limit `gpu` (created with `gpu_slots` slots when missing) while they run. A stage that
+  waits for a slot says so in its log and sits in the state `AwaitingConcurrencySlot`.
+- DVC decides what is stale. One `dvc status` of the run root at the start finds the stages
+  that are up to date with everything upstream of them; those end in the state `Skipped`
+  at once, without a workspace. The others run `dvc repro`, which may also skip.
 - A failure that may pass (a DVC lock held, the remote unreachable, the process killed) is
   retried; a stage's own error is not.
-- DVC decides what is stale: an unchanged stage ends in the state `Skipped` (a Completed state).
-- Each task logs, and links as a Prefect artifact, the MLflow run of its stage.
+- Each task logs, and links as a Prefect artifact, the MLflow run of its stage; the flow run
+  ends with a markdown artifact: stage outcomes, the report's main table, links.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_link_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
-from prefect.states import Completed
+from prefect.context import TaskRunContext
+from prefect.exceptions import UnfinishedRun
+from prefect.states import Completed, Pending, Running
 
-from flows.dvc_graph import pool_for, select, stage_graph, upstream_of
-from flows.mlflow_link import find_stage_run
-from flows.workspaces import RunLayout, StageFailed, prepare_root, run_stage, stage_env
+from flows.dvc_graph import pool_for, select, stage_graph, uncached_outputs, upstream_of
+from flows.mlflow_link import find_stage_run, profile_experiment_id
+from flows.summary import summary_markdown
+from flows.workspaces import RunLayout, StageFailed, prepare_root, run_stage, stage_env, stale_stages, up_to_date
 from pipeline.tracking import ensure_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LIMIT = "gpu"
+WAITING = "AwaitingConcurrencySlot"  # Prefect's own name for a run held back by a limit
+_slot_check = threading.Lock()
 
 
 def retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -37,48 +49,99 @@ def retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
     return isinstance(error, StageFailed) and error.transient
 
 
-async def _ensure_limit(name: str, slots: int) -> None:
+async def _ensure_limit(name: str, slots: int) -> bool:
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectNotFound
 
     async with get_client() as client:
         try:
             await client.read_global_concurrency_limit_by_name(name)
+            return False
         except ObjectNotFound:
             await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
+            return True
 
 
-def ensure_gpu_limit(slots: int) -> None:
-    """Create the `gpu` limit if missing; an existing one (set in the UI) is left as it is."""
-    asyncio.run(_ensure_limit(GPU_LIMIT, slots))
+def ensure_gpu_limit(slots: int) -> bool:
+    """Create the `gpu` limit if missing (True); an existing one (set in the UI) is left as it is."""
+    return asyncio.run(_ensure_limit(GPU_LIMIT, slots))
 
 
-@task(name="dvc-repro", task_run_name="{stage}", retries=2, retry_delay_seconds=15,
-      retry_condition_fn=retry_if_transient)
-def repro_stage(stage: str, checkout: str, profile: str, upstream: list[str], pool: str) -> Any:
+def _set_state(state: Any) -> None:
+    context = TaskRunContext.get()
+    if context is None:  # called outside a task run (tests): nothing to show
+        return
+    with get_client(sync_client=True) as client:
+        client.set_task_run_state(context.task_run.id, state, force=True)
+
+
+def _slots_free(name: str) -> bool:
+    """Whether the limit has a free slot now (True when it does not exist: nothing to wait for)."""
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            limit = client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            return True
+    return not limit.active or limit.active_slots < limit.limit
+
+
+@contextlib.contextmanager
+def gpu_slot(logger: Any) -> Iterator[None]:
+    """Hold a slot of the `gpu` limit. When none is free, log it and show the task run as
+    waiting (a Pending state named AwaitingConcurrencySlot) until one frees up. The check and
+    the taking of a free slot happen under one lock, so sibling stages that become ready
+    together do not both see the last slot free."""
+    with contextlib.ExitStack() as stack:
+        with _slot_check:
+            waiting = not _slots_free(GPU_LIMIT)
+            if not waiting:
+                stack.enter_context(concurrency(GPU_LIMIT, occupy=1, strict=False))
+        if waiting:
+            logger.info(f"Waiting for a slot of the concurrency limit '{GPU_LIMIT}' (every slot is held by "
+                        f"another stage; change the limit under Concurrency in the UI)")
+            _set_state(Pending(name=WAITING, message=f"waiting for a slot of the '{GPU_LIMIT}' limit"))
+            started = time.perf_counter()
+            stack.enter_context(concurrency(GPU_LIMIT, occupy=1, strict=False))
+            _set_state(Running())
+            logger.info(f"Got a '{GPU_LIMIT}' slot after {time.perf_counter() - started:.0f} s")
+        yield
+
+
+@task(retries=2, retry_delay_seconds=15, retry_condition_fn=retry_if_transient)
+def repro_stage(stage: str, checkout: str, profile: str, upstream: list[str], pool: str,
+                known_up_to_date: bool = False, uncached: list[str] | None = None) -> Any:
     logger = get_run_logger()
     layout = RunLayout(Path(checkout), profile)
     started = time.time()
-    if pool == "gpu":
-        with concurrency(GPU_LIMIT, occupy=1, strict=False):
-            outcome = run_stage(layout, stage, upstream)
+    if known_up_to_date:
+        status = "skipped"
+        logger.info(f"{stage}: up to date in {layout.root} (dvc status: its deps, params and outputs, and those "
+                    f"of every stage upstream, match dvc.lock); nothing to run")
+        result: dict[str, Any] = {"stage": stage, "status": status, "workspace": None, "seconds": {}}
     else:
-        outcome = run_stage(layout, stage, upstream)
-    for line in outcome.log_tail:
-        logger.info(line)
-    result = outcome.as_dict()
-    env = stage_env(layout)
-    since = started if outcome.status == "ran" else None
-    run = find_stage_run(env["MLFLOW_TRACKING_URI"], profile, stage, since)
+        with gpu_slot(logger) if pool == "gpu" else contextlib.nullcontext():
+            outcome = run_stage(layout, stage, upstream, on_line=logger.info, uncached=uncached)
+        status, result = outcome.status, outcome.as_dict()
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in outcome.seconds.items())
+        logger.info(f"{stage}: {status} by DVC; {phases} (workspace overhead {outcome.overhead:.1f} s)")
+    run = find_stage_run(stage_env(layout)["MLFLOW_TRACKING_URI"], profile, stage,
+                         started if status == "ran" else None)
     if run is not None:
         result["mlflow_run_id"] = run.run_id
-        what = "produced" if outcome.status == "ran" else "last produced (stage up to date)"
+        what = "produced" if status == "ran" else "last produced (stage up to date)"
         logger.info(f"MLflow run {what}: {run.run_id} {run.url}")
-        create_link_artifact(run.url, link_text=f"MLflow run of {stage}",
-                             description=f"{stage}: {outcome.status}")
-    if outcome.status != "ran":
-        return Completed(name="Skipped", message=f"{stage}: {outcome.status} by DVC, nothing to run", data=result)
+        create_link_artifact(run.url, link_text=f"MLflow run of {stage}", description=f"{stage}: {status}")
+    if status != "ran":
+        return Completed(name="Skipped", message=f"{stage}: {status} by DVC, nothing to run", data=result)
     return result
+
+
+def stage_task(stage: str, pool: str) -> Any:
+    """`repro_stage` as the task of one stage: named after it from the moment its run is
+    created (Prefect names a run `<task name>-<key>` until it starts), tagged with its pool."""
+    return repro_stage.with_options(name=stage, task_run_name=stage, tags=[pool])
 
 
 @flow(name="maopd-paper")
@@ -94,11 +157,29 @@ def paper_flow(profile: str | None = None, stages: list[str] | None = None, chec
         ensure_gpu_limit(gpu_slots)
     env = stage_env(layout)  # one store for all tasks, created before they start at once
     ensure_experiment(layout.profile, env["MLFLOW_TRACKING_URI"], env["MLFLOW_ARTIFACT_ROOT"])
+    clean = up_to_date({s: upstream_of(graph, s, chosen) for s in chosen}, stale_stages(layout))
+    uncached = uncached_outputs(root)
     futures: dict[str, Any] = {}
     for stage in chosen:  # graph order: upstream futures exist before they are waited for
         pool = pool_for(stage)
-        futures[stage] = repro_stage.with_options(tags=[pool]).submit(
-            stage, str(layout.checkout), layout.profile, graph[stage], pool,
+        futures[stage] = stage_task(stage, pool).submit(
+            stage, str(layout.checkout), layout.profile, graph[stage], pool, stage in clean, uncached.get(stage),
             wait_for=[futures[u] for u in upstream_of(graph, stage, chosen)],
         )
-    return {stage: future.result()["status"] for stage, future in futures.items()}
+    statuses: dict[str, str] = {}
+    errors: list[BaseException] = []
+    for stage, future in futures.items():
+        try:
+            statuses[stage] = future.result()["status"]
+        except UnfinishedRun:  # an upstream stage failed: this one never started
+            statuses[stage] = "not run"
+        except Exception as error:  # noqa: BLE001 (the stage's own failure, after its retries: raised below)
+            statuses[stage] = "failed"
+            errors.append(error)
+    create_markdown_artifact(
+        summary_markdown(root, layout.profile, statuses,
+                         profile_experiment_id(env["MLFLOW_TRACKING_URI"], layout.profile)),
+        key=f"maopd-{layout.profile}-summary", description="stage outcomes, the report's main table, links")
+    if errors:
+        raise errors[0]
+    return statuses

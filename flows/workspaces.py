@@ -18,15 +18,17 @@ No Prefect here: these are plain functions the flow's tasks call.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -36,6 +38,8 @@ STATE_DIR = ".maopd"
 # Top-level paths of a checkout that are state, never code: not mirrored, never deleted.
 _STATE = ("data", "reports", ".dvc", STATE_DIR, "dvc.lock", "mlflow.db", "mlartifacts", ".git")
 _sync_lock = threading.Lock()
+# Under .dvc/: the plot templates (dvc.yaml names them) and the offline page `make setup` writes.
+_PLOT_FILES = ("plots", "offline_plots.html")
 
 
 class StageFailed(RuntimeError):
@@ -77,7 +81,8 @@ def dvc_executable() -> str:
 
 def stage_env(layout: "RunLayout") -> dict[str, str]:
     """The environment of every `dvc` call: stage commands call `python` (this interpreter),
-    track into the checkout's MLflow store and tag runs with the checkout's commit."""
+    track into the checkout's MLflow store, tag runs with the checkout's commit, flush their
+    output line by line and draw no progress bars (the lines go to Prefect's log)."""
     env = dict(os.environ)
     env.update({
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
@@ -85,14 +90,45 @@ def stage_env(layout: "RunLayout") -> dict[str, str]:
         "MLFLOW_TRACKING_URI": env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{layout.checkout / 'mlflow.db'}",
         "MLFLOW_ARTIFACT_ROOT": env.get("MLFLOW_ARTIFACT_ROOT") or (layout.checkout / "mlartifacts").as_uri(),
         "MAOPD_GIT_COMMIT": layout.commit,
+        "PYTHONUNBUFFERED": "1",
+        "TQDM_DISABLE": "1",
     })
     env.pop("MAOPD_PROFILE", None)  # the profile is params.yaml's, so DVC tracks it
     return env
 
 
-def run_dvc(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
-    proc = subprocess.run([dvc_executable(), *args], cwd=cwd, env=env, capture_output=True, text=True)
-    return proc.returncode, proc.stdout + proc.stderr
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# DVC's advice to a person at a terminal; a flow pushes and commits the lock itself.
+_HINTS = re.compile(r"^(Use `dvc push` to send your updates to remote storage\.|To track the changes with git, run:|"
+                    r"To enable auto staging, run:|\s*(git add |dvc config core\.autostage true).*)$")
+
+
+def clean_line(raw: str) -> str | None:
+    """What a log shows of one output line: the last state of a line redrawn with `\\r`
+    (progress bars), without ANSI colour codes; None for blank lines and DVC's hints."""
+    segments = [seg for seg in _ANSI.sub("", raw.rstrip("\n")).split("\r") if seg.strip()]
+    text = segments[-1].rstrip() if segments else ""
+    if not text.strip() or _HINTS.match(text):
+        return None
+    return text
+
+
+def run_dvc(args: list[str], cwd: Path, env: dict[str, str],
+            on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+    """Run `dvc ARGS` in `cwd`; each cleaned output line goes to `on_line` as it is printed.
+    Returns the exit code and the whole (cleaned) output."""
+    proc = subprocess.Popen([dvc_executable(), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = []
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = clean_line(raw)
+        if line is None:
+            continue
+        lines.append(line)
+        if on_line is not None:
+            on_line(line)
+    return proc.wait(), "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -166,7 +202,7 @@ def mirror(layout: RunLayout, dest: Path) -> None:
                     p.unlink()
     for rel in files:
         src, dst = layout.checkout / rel, dest / rel
-        if dst.is_file() and dst.stat().st_size == src.stat().st_size and dst.read_bytes() == src.read_bytes():
+        if _same_file(src, dst):
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
@@ -177,11 +213,26 @@ def mirror(layout: RunLayout, dest: Path) -> None:
         atomic_write_text(params, switched)
     (dest / ".dvc").mkdir(exist_ok=True)
     shutil.copy2(layout.checkout / ".dvc" / "config", dest / ".dvc" / "config")
+    for rel in _PLOT_FILES:  # so `dvc plots show` works in a run root too
+        src = layout.checkout / ".dvc" / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / ".dvc" / rel, dirs_exist_ok=True)
+        elif src.is_file() and not _same_file(src, dest / ".dvc" / rel):
+            shutil.copy2(src, dest / ".dvc" / rel)
     local = ["[core]", "    no_scm = true", "[cache]", f"    dir = {layout.cache_dir}"]
     url, name = default_remote_url(layout.checkout), _remote_name(layout.checkout)
     if url and name:
         local += [f"['remote \"{name}\"']", f"    url = {url}"]
     atomic_write_text(dest / ".dvc" / "config.local", "\n".join(local) + "\n")
+
+
+def _same_file(src: Path, dst: Path) -> bool:
+    """Size and modification time (copy2 keeps it), as rsync decides; reading both files
+    for every stage of every run cost seconds."""
+    if not dst.is_file():
+        return False
+    a, b = src.stat(), dst.stat()
+    return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
 
 
 def _remote_name(checkout: Path) -> str | None:
@@ -197,12 +248,21 @@ def prepare_root(layout: RunLayout) -> Path:
     return layout.root
 
 
-def prepare_workspace(layout: RunLayout, stage: str) -> Path:
+def prepare_workspace(layout: RunLayout, stage: str, upstream: list[str] | None = None) -> Path:
+    """The stage's workspace with the run root's code, and its dvc.lock holding only the
+    entries of `stage` and its `upstream` stages (None: every entry). DVC parses the lock
+    once per target it is given, so a lock of the whole DAG made pulling slow."""
     ws = layout.workspace(stage)
     mirror(layout, ws)
     lock = layout.root / "dvc.lock"
     if lock.exists():
-        atomic_write_text(ws / "dvc.lock", lock.read_text())
+        text = lock.read_text()
+        if upstream is not None:
+            data = yaml.safe_load(text) or {}
+            keep = {stage, *upstream}
+            data["stages"] = {k: v for k, v in (data.get("stages") or {}).items() if k in keep}
+            text = yaml.safe_dump(data, sort_keys=False)
+        atomic_write_text(ws / "dvc.lock", text)
     return ws
 
 
@@ -212,9 +272,16 @@ class StageOutcome:
     status: str  # ran | skipped | restored
     workspace: str
     log_tail: list[str]
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase: workspace, pull, repro, push, sync
 
     def as_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "status": self.status, "workspace": self.workspace}
+        return {"stage": self.stage, "status": self.status, "workspace": self.workspace,
+                "seconds": {k: round(v, 2) for k, v in self.seconds.items()}}
+
+    @property
+    def overhead(self) -> float:
+        """Seconds spent around `dvc repro`: the workspace, pull, push and sync back."""
+        return sum(v for k, v in self.seconds.items() if k != "repro")
 
 
 def _check(code: int, output: str, what: str) -> None:
@@ -226,22 +293,76 @@ def _tail(output: str, n: int) -> str:
     return "\n".join(output.splitlines()[-n:])
 
 
-def run_stage(layout: RunLayout, stage: str, upstream: list[str], push: bool = True) -> StageOutcome:
-    """Pull what `stage` needs, reproduce it alone in its workspace, push its outputs, and
-    merge the result into the run root."""
+class _Clock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, phase: str) -> "_Phase":
+        return _Phase(self, phase)
+
+
+class _Phase:
+    def __init__(self, clock: _Clock, phase: str):
+        self.clock, self.phase = clock, phase
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.clock.seconds[self.phase] = self.clock.seconds.get(self.phase, 0.0) + time.perf_counter() - self.start
+
+
+def stale_stages(layout: RunLayout) -> set[str] | None:
+    """The stages `dvc status` finds changed in the run root (deps, params, or outputs that
+    differ or are missing); None when it cannot tell. One DVC call for the whole DAG."""
+    proc = subprocess.run([dvc_executable(), "status", "--json"], cwd=layout.root, env=stage_env(layout),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    try:
+        changed = json.loads(proc.stdout or "{}")
+    except ValueError:
+        return None
+    return {name.split(":")[-1] for name in changed}
+
+
+def up_to_date(graph: dict[str, list[str]], stale: set[str] | None) -> set[str]:
+    """Stages DVC would skip without running anything upstream: clean themselves, and every
+    stage they depend on (transitively) clean too, so no upstream run can change their inputs."""
+    if stale is None:
+        return set()
+    clean: set[str] = set()
+    for stage in graph:  # topological order
+        if stage not in stale and all(d in clean for d in graph[stage]):
+            clean.add(stage)
+    return clean
+
+
+def run_stage(layout: RunLayout, stage: str, upstream: list[str], push: bool = True,
+              on_line: Callable[[str], None] | None = None, uncached: list[str] | None = None) -> StageOutcome:
+    """Pull what `stage` needs, reproduce it alone in its workspace, push what it produced, and
+    merge the result into the run root. DVC's output goes to `on_line` as it is printed.
+    `uncached`: the stage's `cache: false` outputs, when the caller knows them."""
     env = stage_env(layout)
-    ws = prepare_workspace(layout, stage)
-    # --allow-missing: a stage never run anywhere has nothing to pull yet
-    code, out = run_dvc(["pull", "--allow-missing", *upstream, stage], ws, env)
-    if code != 0 and upstream:
-        _check(code, out, f"dvc pull {' '.join(upstream)} (inputs of {stage})")
-    code, repro_out = run_dvc(["repro", "--single-item", stage], ws, env)
-    _check(code, repro_out, f"dvc repro --single-item {stage}")
-    if push and default_remote_url(layout.checkout):
-        code, out = run_dvc(["push", stage], ws, env)
-        _check(code, out, f"dvc push {stage}")
-    sync_back(layout, ws, stage)
-    return StageOutcome(stage, repro_status(repro_out, stage), str(ws), repro_out.splitlines()[-40:])
+    clock = _Clock()
+    with clock("workspace"):
+        ws = prepare_workspace(layout, stage, upstream)
+    with clock("pull"):
+        # --allow-missing: a stage never run anywhere has nothing to pull yet
+        code, out = run_dvc(["pull", "--allow-missing", *upstream, stage], ws, env)
+        if code != 0 and upstream:
+            _check(code, out, f"dvc pull {' '.join(upstream)} (inputs of {stage})")
+    with clock("repro"):
+        code, repro_out = run_dvc(["repro", "--single-item", stage], ws, env, on_line)
+        _check(code, repro_out, f"dvc repro --single-item {stage}")
+    status = repro_status(repro_out, stage)
+    if push and status != "skipped" and default_remote_url(layout.checkout):  # skipped: pulled, so on the remote
+        with clock("push"):
+            code, out = run_dvc(["push", stage], ws, env)
+            _check(code, out, f"dvc push {stage}")
+    with clock("sync"):
+        sync_back(layout, ws, stage, uncached)
+    return StageOutcome(stage, status, str(ws), repro_out.splitlines()[-40:], clock.seconds)
 
 
 def stage_lock_entry(lock_path: Path, stage: str) -> dict:
@@ -269,7 +390,7 @@ def _uncached_outs(ws: Path, stage: str) -> list[str]:
     raise StageFailed(f"{ws / 'dvc.yaml'}: no stage {stage!r}", transient=False)
 
 
-def sync_back(layout: RunLayout, ws: Path, stage: str) -> None:
+def sync_back(layout: RunLayout, ws: Path, stage: str, uncached: list[str] | None = None) -> None:
     """The stage's lock entry and outputs from its workspace into the run root (one at a time:
     tasks of a flow run share the run root)."""
     root = layout.root
@@ -278,8 +399,8 @@ def sync_back(layout: RunLayout, ws: Path, stage: str) -> None:
         merge_lock_entry(root / "dvc.lock", stage, entry)
         code, out = run_dvc(["checkout", "--force", stage], root, stage_env(layout))
         _check(code, out, f"dvc checkout {stage} (run root {root})")
-        for rel in _uncached_outs(ws, stage):  # after the checkout, which removes what it cannot restore
-            _replace(ws / rel, root / rel)
+        for rel in (uncached if uncached is not None else _uncached_outs(ws, stage)):
+            _replace(ws / rel, root / rel)  # after the checkout, which removes what it cannot restore
 
 
 def _replace(src: Path, dst: Path) -> None:

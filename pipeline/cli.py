@@ -6,6 +6,8 @@
   serve-policy          start an SGLang server on a model folder (GPU image) and wait until ready
   train-verl STAGE      print (or --run) the verl command of a training stage (paper profile, GPUs)
   behaviour             a model's behaviour on dev (as in base_model) at other sampling temperatures and seeds
+  plots-template        write the offline page `dvc plots show` fills (Vega inlined; `make setup` runs it)
+  mlflow-links          print each experiment's link into the MLflow UI (model-training view)
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="sampling temperatures (default: the profile's eval temperature)")
     behaviour.add_argument("--seed", type=int, nargs="+", default=None,
                            help="sampling seeds (default: the profile's eval seed)")
+    sub.add_parser("plots-template", help="write the offline HTML template of `dvc plots show`")
+    sub.add_parser("mlflow-links", help="print each experiment's link into the MLflow UI (model-training view)")
     return p
 
 
@@ -150,6 +154,17 @@ def main(argv: list[str] | None = None) -> int:
             return _train_verl(args, params, root)
         if args.command == "behaviour":
             return _behaviour(args, params, root)
+        if args.command == "mlflow-links":
+            from pipeline.mlflow_ui import experiment_links
+            from pipeline.tracking import tracking_uri
+
+            print("\n".join(experiment_links(tracking_uri(root))) or "no experiment yet: run a stage first")
+            return 0
+        if args.command == "plots-template":
+            from pipeline.report.offline_plots import write_template
+
+            print(write_template(root))
+            return 0
         from pipeline.stages import STAGES
 
         fn = STAGES[args.stage]

@@ -280,7 +280,15 @@ class BaseModelParams(_Strict):
         return self
 
 
+class TrackingParams(_Strict):
+    """What MLflow runs hold beyond params and metrics. Not a DVC dependency of any stage:
+    it changes what is logged, never what a stage computes."""
+
+    log_model_max_mb: float = Field(ge=0)  # a trained model up to this size is logged and registered; 0: never
+
+
 class ProfileParams(_Strict):
+    tracking: TrackingParams
     data: DataParams
     index: IndexParams
     eval: EvalParams
@@ -318,6 +326,10 @@ class Params(_Strict):
     @property
     def base_model(self) -> BaseModelParams:
         return self.active.base_model
+
+    @property
+    def tracking(self) -> TrackingParams:
+        return self.active.tracking
 
 
 def _format_errors(path: Path, err: ValidationError, prefix: str) -> str:

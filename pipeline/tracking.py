@@ -25,18 +25,24 @@ def tracking_uri(root: Path | None = None) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root or REPO_ROOT) / 'mlflow.db'}"
 
 
+# Tracked files that DVC stages rewrite: the lock and the `cache: false` outputs under
+# reports/. They change on every `dvc repro`, so they do not make the code dirty.
+GENERATED_PATHS = ("dvc.lock", "reports")
+
+
 def git_commit(root: Path | None = None) -> str:
-    """The checkout's commit (`-dirty` with uncommitted changes); MAOPD_GIT_COMMIT wins, for
-    stages that run in a copy of the checkout (Prefect workspaces) that is not a git repo."""
+    """The checkout's commit, `-dirty` when code differs from it (tracked changes or new
+    files, outside GENERATED_PATHS); MAOPD_GIT_COMMIT wins, for stages that run in a copy
+    of the checkout (Prefect workspaces) that is not a git repo."""
     if os.environ.get("MAOPD_GIT_COMMIT"):
         return os.environ["MAOPD_GIT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10
         )
-        sha = out.stdout.strip()
+        sha = out.stdout.strip() if out.returncode == 0 else ""  # no commit yet: git prints "HEAD"
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in GENERATED_PATHS)],
             cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10,
         ).stdout.strip()
         return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
@@ -64,20 +70,28 @@ def artifact_root(root: Path | None = None) -> str:
     return os.environ.get("MLFLOW_ARTIFACT_ROOT") or ((root or REPO_ROOT) / "mlartifacts").as_uri()
 
 
+# MLflow 3's UI opens an experiment in its GenAI view (traces) unless this tag says otherwise.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def ensure_experiment(profile: str, uri: str, artifacts: str) -> str:
     """Create the store (a new sqlite file is migrated on first use) and the profile's
-    experiment if missing; safe when several stages start at once."""
+    experiment if missing, tagged to open in MLflow's model-training view; safe when several
+    stages start at once."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     name = experiment_name(profile)
-    if client.get_experiment_by_name(name) is None:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
         try:
-            client.create_experiment(name, artifact_location=artifacts)
+            client.create_experiment(name, artifact_location=artifacts, tags=dict([EXPERIMENT_KIND]))
         except MlflowException:
             if client.get_experiment_by_name(name) is None:  # not a lost race: a real error
                 raise
+    elif experiment.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+        client.set_experiment_tag(experiment.experiment_id, *EXPERIMENT_KIND)
     return name
 
 

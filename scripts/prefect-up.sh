@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local Prefect: server (SQLite in .prefect-local/home, UI and API on 127.0.0.1:4200), the
-# `cpu` and `gpu` pools and the deployments (flows/deploy.py), and a worker for the `cpu` pool.
-# Stop it with `make prefect-down`. GPU machines start their own worker: the Dockerfile's image.
+# `cpu` and `gpu` pools, the `gpu` concurrency limit and the deployments (flows/deploy.py), and
+# a worker for the `cpu` pool. Stop it with `make prefect-down`. GPU machines start their own
+# worker (the Dockerfile's image); until one is online the `paper` schedule stays paused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -21,7 +22,7 @@ if ! healthy; then
   for _ in $(seq 90); do healthy && break; sleep 1; done
   healthy || { echo "Prefect server did not answer on $PREFECT_API_URL; see $STATE/server.log" >&2; exit 1; }
 fi
-"$BIN/python" -m flows.deploy
+"$BIN/python" -m flows.deploy --worker-starting cpu
 if ! { [ -f "$STATE/worker-cpu.pid" ] && kill -0 "$(cat "$STATE/worker-cpu.pid")" 2>/dev/null; }; then
   nohup "$BIN/prefect" worker start --pool cpu --name "cpu-$(hostname)" >"$STATE/worker-cpu.log" 2>&1 &
   echo $! >"$STATE/worker-cpu.pid"

@@ -55,10 +55,22 @@ def test_training_audits_exist_for_every_trained_system(built):
     assert len(audits) >= 7
 
 
-def test_dvc_metrics_show_prints_the_macro_figures(built):
-    proc = _dvc(["metrics", "show"], built)
+def test_dvc_metrics_show_prints_one_row_per_system(built):
+    proc = _dvc(["metrics", "show", "--json"], built)
     assert proc.returncode == 0, proc.stderr
-    assert "macro" in proc.stdout
+    files = json.loads(proc.stdout)[""]["data"]
+    assert set(files) == {f"reports/ci/metrics/{s.name}.json" for s in SYSTEMS}
+    assert all("avg@4" in entry["data"] for entry in files.values())
+
+
+def test_dvc_plots_show_has_data_for_every_plot(built):
+    proc = _dvc(["plots", "show", "--json"], built)
+    assert proc.returncode == 0, proc.stderr
+    plots = json.loads(proc.stdout)["data"]
+    assert {"reports/ci/curves/dev_em.csv", "reports/ci/curves/dev_no_search_share.csv",
+            "reports/ci/plots/macro.csv", "reports/ci/plots/gaps.csv"} <= set(plots)
+    for name, (render,) in plots.items():
+        assert render["content"]["data"]["values"], f"{name}: no data"
 
 
 def test_second_repro_does_nothing(built):

@@ -167,9 +167,17 @@ def test_flow_runs_stages_then_skips_them(tmp_path, monkeypatch):
     checkout = copy_repo(tmp_path / "repo", profile="tiny")
     wanted = ["splits", "corpus", "validate_splits"]
     with prefect_test_harness():
+        from prefect.client.orchestration import get_client
+
         first = paper_flow(profile="ci", stages=wanted, checkout=str(checkout))
+        lock = RunLayout.for_profile(checkout, "ci").workspace("splits") / "dvc.lock"
+        touched = lock.stat().st_mtime_ns
         second = paper_flow(profile="ci", stages=wanted, checkout=str(checkout))
+        with get_client(sync_client=True) as client:
+            summaries = [a for a in client.read_artifacts() if a.key == "maopd-ci-summary"]
     assert first == dict.fromkeys(wanted, "ran") and second == dict.fromkeys(wanted, "skipped")
+    assert lock.stat().st_mtime_ns == touched  # up to date in the run root: no workspace was prepared
+    assert len(summaries) == 2 and "3 skipped" in max(summaries, key=lambda a: a.created).data
     root = RunLayout.for_profile(checkout, "ci").root
     assert root != checkout and "profile: ci" in (root / "params.yaml").read_text()
     assert json.loads(_dvc(["status", "--json", *wanted], root)) == {}  # synced back, clean

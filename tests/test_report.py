@@ -24,6 +24,7 @@ from tests.configs import EVAL
 QUOTAS = {"nq": 12, "hotpotqa": 10, "bamboogle": 5}
 ACCURACY = {"multiagent_opd": 0.5, "c_mas_rl": 0.4, "h_mas_base": 0.3, "c_mas_base": 0.25}
 DEV_EM = [(0, 0.10), (10, 0.20), (20, 0.25)]
+DEV_QUESTIONS = 16
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,7 @@ def store(tmp_path_factory):
         with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
             mlf.log_metric("dev_em", 0.99, step=0)  # superseded by the later run below
         with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
+            mlf.log_param("shared.dev_questions", DEV_QUESTIONS)
             for step, em in DEV_EM:
                 mlf.log_metric("dev_em", em, step=step)
                 mlf.log_metric("dev_no_search_share", 1 - em, step=step)
@@ -102,17 +104,34 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
         assert metrics["perfect_repair"]["vs_h_mas_base"][key] == pytest.approx(repair.loc["h_mas_base", key], abs=1e-4)
     assert metrics["systems_evaluated"] == 4 and "prompted_critic" in metrics["systems_missing"]
 
-    curve = pd.read_csv(folder / "curves" / "multiagent_opd.csv")
-    assert curve.columns.tolist() == ["step", "dev_em", "dev_no_search_share"]
+    curve = pd.read_csv(folder / "curves" / "dev_em.csv")  # one file per metric, long format for dvc plots
+    assert curve.columns.tolist() == ["step", "system", "questions", "dev_em"]
     assert list(zip(curve["step"], curve["dev_em"])) == DEV_EM
+    assert set(curve["system"]) == {"multiagent_opd"} and set(curve["questions"]) == {DEV_QUESTIONS}
+    assert sorted(p.name for p in (folder / "curves").iterdir()) == ["dev_em.csv", "dev_no_search_share.csv"]
     assert summary["curves"] == ["multiagent_opd"]
+
+    headline = json.loads((folder / "metrics" / "c_mas_rl.json").read_text())  # one row of `dvc metrics show`
+    assert headline["avg@4"] == pytest.approx(macro.loc["c_mas_rl", "avg@4"], abs=0.01)
+    assert headline["avg@4_low"] < headline["avg@4"] < headline["avg@4_high"]
+    assert headline["gap"] == pytest.approx(gaps.loc["c_mas_rl", "diff"], abs=0.01)
+    assert "gap" not in json.loads((folder / "metrics" / "multiagent_opd.json").read_text())
+    plots = pd.read_csv(folder / "plots" / "macro.csv")
+    assert plots.columns.tolist()[-1] == "value" and len(plots) == 3 * len(ACCURACY)
+    assert len(pd.read_csv(folder / "plots" / "gaps.csv")) == 3
+
+    assert "## What this scale can show" in md and "test questions per system" in md
+    assert "[splits](data_docs/splits/index.html), [masks](data_docs/masks/index.html)" in md
+    link = f"[`{store['run_id']}`](http://127.0.0.1:5000/#/experiments/"
+    assert link in md and f"/runs/{store['run_id']}?workflowType=machine_learning)" in md
 
     assert "published (Qwen3-4B, paper)" in md and "ours (ci)" in md and "not evaluated" in md
     assert store["run_id"] in md and "evaluate@" not in md  # no evaluation runs in this store
     opd_row = next(line for line in md.splitlines() if line.startswith("| MultiAgent-OPD |"))
     assert f"{macro.loc['multiagent_opd', 'avg@4']:.2f}" in opd_row and "38.68" in opd_row
     html = (folder / "paper.html").read_text()
-    assert "<table>" in html and "figures/training_dynamics.png" in html
+    assert "<table>" in html and 'src="figures/' not in html  # figures embedded: the page stands alone
+    assert html.count('src="data:image/png;base64,') == 3  # macro with intervals, gaps, training curves
     tex = (folder / "main_table.tex").read_text()
     assert r"\begin{tabular}" in tex and "C-MAS + RL" in tex and "38.68" in tex
 

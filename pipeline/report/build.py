@@ -1,4 +1,5 @@
-"""Build the whole report: metrics.json, paper.md/html, main_table.tex, figures, curves."""
+"""Build the whole report: metrics.json, paper.md/html, main_table.tex, figures, curves, and the
+files `dvc metrics show` and `dvc plots show` read."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from pathlib import Path
 from pipeline.config import Params
 from pipeline.io import atomic_dir, write_json, write_text
 from pipeline.report import figures
+from pipeline.report import published as pub
+from pipeline.report.curves import CURVE_METRICS, write_curve_files
+from pipeline.report.dvc_files import write_metric_files, write_plot_files
 from pipeline.report.inputs import load_records, model_summary, split_sizes
+from pipeline.report.intervals import macro_intervals
 from pipeline.report.metrics_json import metrics_dict
-from pipeline.report.mlflow_runs import CURVE_METRICS, read_mlflow
+from pipeline.report.mlflow_runs import read_mlflow
 from pipeline.report.paper import Provenance, build_markdown, to_html
 from pipeline.report.results import Results, compute_results
+from pipeline.report.scale import measure_scale, scale_section
 from pipeline.report.tables import latex_main_table
-from pipeline.systems import SYSTEMS
+from pipeline.systems import BY_NAME, SYSTEMS
 from pipeline.tracking import git_commit
 
 
@@ -27,45 +33,71 @@ class ReportOutput:
     metrics_path: Path
     runs_used: int
     curves: list[str]
+    figures: list[str]  # relative to `folder`
     seconds: float
+
+
+def _model_text(model: dict) -> str:
+    size = f" with {model['parameters']:,} parameters" if model.get("parameters") else ""
+    return f"{model.get('model_type', 'model')}{size} (`{model.get('folder')}`)"
+
+
+# Great Expectations Data Docs beside the report (dvc.yaml outputs of validate_splits and
+# validate_masks). Linked whether or not they are here: in a Prefect run the report is built
+# in its own workspace, and the pages meet it in the run's checkout.
+DATA_DOCS = ("splits", "masks")
+
+
+def data_docs() -> list[str]:
+    return [f"data_docs/{name}/index.html" for name in DATA_DOCS]
 
 
 def build_report(params: Params, root: Path) -> ReportOutput:
     start = time.perf_counter()
     ev = params.common.eval
+    level = int(round(ev.confidence * 100))
     loaded = load_records(root)
     results = compute_results(loaded.records, loaded.present, loaded.missing, ev.target_system, ev.runs,
                               ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
-    curves, runs = read_mlflow(params.profile, root)
+    intervals = macro_intervals(loaded.records, results.present, runs=ev.runs, draws=ev.bootstrap_draws,
+                                seed=ev.bootstrap_seed, level=ev.confidence)
+    curves, runs = read_mlflow(params.profile, CURVE_METRICS, root)
     folder = root / "reports" / params.profile
 
-    with atomic_dir(folder / "curves") as tmp:
-        for system, curve in curves.items():
-            curve[["step", *CURVE_METRICS]].to_csv(tmp / f"{system}.csv", index=False)
+    curve_files = write_curve_files(curves, CURVE_METRICS, folder / "curves")
+    write_metric_files(results, intervals, folder / "metrics")
+    write_plot_files(results, intervals, BY_NAME[ev.target_system].label, folder / "plots")
     figure_names = []
     with atomic_dir(folder / "figures") as tmp:
-        if curves:
-            figures.training_dynamics(curves, tmp / "training_dynamics.png")
-            figure_names.append("figures/training_dynamics.png")
         if results.present:
-            ours = {s: results.value("macro", s, f"avg@{ev.runs}") for s in results.present}
-            figures.macro_bars(ours, {s.name: s.published_avg4 for s in SYSTEMS}, params.profile,
-                               tmp / "macro_avg4.png")
+            figures.macro_with_intervals(intervals, {s.name: s.published_avg4 for s in SYSTEMS}, f"avg@{ev.runs}",
+                                         level, params.profile, tmp / "macro_avg4.png")
             figure_names.append("figures/macro_avg4.png")
+        if len(results.gaps):
+            figures.gaps_with_intervals(results.gaps, pub.GAPS, ev.target_system, level,
+                                        int(intervals["questions"].max()), tmp / "gaps.png")
+            figure_names.append("figures/gaps.png")
+        if curves:
+            figures.training_curves(curves, CURVE_METRICS, tmp / "training_dynamics.png")
+            figure_names.append("figures/training_dynamics.png")
 
+    model = model_summary(root)
     prov = Provenance(
         profile=params.profile, git_commit=git_commit(root), data_source=params.data.source,
-        split_sizes=split_sizes(root), model=model_summary(root),
+        split_sizes=split_sizes(root), model=model,
         protocol={"runs": ev.runs, "bootstrap_draws": ev.bootstrap_draws, "bootstrap_seed": ev.bootstrap_seed,
                   "confidence": ev.confidence, "target_system": ev.target_system},
-        runs=runs, figures=figure_names, curves=list(curves),
+        runs=runs, figures=figure_names, curves=list(curves), curve_files=curve_files,
+        data_docs=data_docs(),
+        scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
+                            ev.target_system),
     )
     md = build_markdown(results, prov)
     write_text(folder / "paper.md", md)
-    write_text(folder / "paper.html", to_html(md, f"MultiAgent-OPD report ({params.profile})"))
+    write_text(folder / "paper.html", to_html(md, f"MultiAgent-OPD report ({params.profile})", folder))
     write_text(folder / "main_table.tex", latex_main_table(results, params.profile))
     metrics = metrics_dict(results, params.profile)
     metrics_path = root / "reports" / "metrics.json"
     write_json(metrics_path, metrics)
-    return ReportOutput(results, metrics, folder, metrics_path, len(runs), list(curves),
+    return ReportOutput(results, metrics, folder, metrics_path, len(runs), list(curves), figure_names,
                         time.perf_counter() - start)

@@ -1,7 +1,14 @@
-"""Matplotlib figures of the report (PNG, Agg backend)."""
+"""Matplotlib figures of the report (PNG, Agg backend).
+
+Every figure takes its metrics and systems as lists, shows intervals where the report
+computed them, says how many questions stand behind each point, keeps our numbers and the
+published ones on separate panels, and puts its legend outside the axes.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -11,7 +18,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pipeline.io import atomic_path  # noqa: E402
+from pipeline.report.curves import Curve, CurveMetric, questions_per_point  # noqa: E402
 from pipeline.systems import BY_NAME  # noqa: E402
+
+
+def _label(system: str) -> str:
+    return BY_NAME[system].label if system in BY_NAME else system
 
 
 def _save(fig, path: Path) -> None:
@@ -20,33 +32,83 @@ def _save(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def training_dynamics(curves: dict[str, pd.DataFrame], path: Path) -> None:
-    """Dev EM and dev no-search share against the training step, one line per system."""
-    fig, (ax_em, ax_ns) = plt.subplots(1, 2, figsize=(11, 4))
-    for system, curve in curves.items():
-        label = BY_NAME[system].label if system in BY_NAME else system
-        em = curve.dropna(subset=["dev_em"])
-        ns = curve.dropna(subset=["dev_no_search_share"])
-        ax_em.plot(em["step"], em["dev_em"], marker=".", label=label)
-        ax_ns.plot(ns["step"], ns["dev_no_search_share"], marker=".", label=label)
-    ax_em.set(title="dev exact match", xlabel="training step", ylabel="dev EM")
-    ax_ns.set(title="dev no-search share", xlabel="training step", ylabel="share of workflows")
-    for ax in (ax_em, ax_ns):
+def training_curves(curves: Mapping[str, Curve], metrics: Sequence[CurveMetric], path: Path,
+                    columns: int = 2) -> None:
+    """One panel per metric (against the training step), one line per system; each panel's
+    title says how many questions stand behind a point. The legend sits below the panels."""
+    drawn = [m for m in metrics if any(not c.points(m.key).empty for c in curves.values())]
+    columns = max(1, min(columns, len(drawn)))
+    rows = math.ceil(len(drawn) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 3.6 * rows), squeeze=False)
+    colours = {s: f"C{i % 10}" for i, s in enumerate(curves)}
+    for ax, metric in zip(axes.flat, drawn):
+        for system, curve in curves.items():
+            points = curve.points(metric.key)
+            if not points.empty:
+                ax.plot(points["step"], points[metric.key], marker="o", markersize=3, color=colours[system],
+                        label=_label(system))
+        n = questions_per_point(curves, metric.key)
+        ax.set_title(metric.title + (f" (n = {n} questions per point)" if n else ""), fontsize=10)
+        ax.set(xlabel="training step", ylabel=metric.key)
         ax.grid(alpha=0.3)
-    ax_em.legend(fontsize=8)
+    for ax in list(axes.flat)[len(drawn):]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], color=colours[s], marker="o", markersize=3, label=_label(s)) for s in curves]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
+               fontsize=8, frameon=False)
+    fig.tight_layout()
     _save(fig, path)
 
 
-def macro_bars(ours: dict[str, float | None], published: dict[str, float], profile: str, path: Path) -> None:
-    """Macro avg@4 per system: ours beside the published value."""
-    systems = list(published)
-    x = range(len(systems))
-    fig, ax = plt.subplots(figsize=(11, 4))
-    ax.bar([i - 0.2 for i in x], [ours.get(s) or 0.0 for s in systems], width=0.4, label=f"ours ({profile})")
-    ax.bar([i + 0.2 for i in x], [published[s] for s in systems], width=0.4,
-           label="published (Qwen3-4B, paper)", alpha=0.6)
-    ax.set_xticks(list(x), [BY_NAME[s].label for s in systems], rotation=30, ha="right", fontsize=8)
-    ax.set(ylabel="macro avg@4 (%)", title="Macro avg@4 over the seven datasets")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+def macro_with_intervals(intervals: pd.DataFrame, published: Mapping[str, float], measure: str, level: int,
+                         profile: str, path: Path) -> None:
+    """Left: our macro `measure` per system with its bootstrap interval; right: the published
+    value. Separate axes: the two come from different models and data."""
+    ours = intervals[intervals["measure"] == measure].set_index("system")
+    systems = [s for s in published if s in ours.index] + [s for s in ours.index if s not in published]
+    y = list(range(len(systems)))[::-1]
+    fig, (ax_ours, ax_pub) = plt.subplots(1, 2, figsize=(11, 0.45 * len(systems) + 1.8), sharey=True)
+    for yi, system in zip(y, systems):
+        row = ours.loc[system]
+        ax_ours.errorbar(row["value"], yi, xerr=[[row["value"] - row["low"]], [row["high"] - row["value"]]],
+                         fmt="o", color="C0", capsize=3)
+        if system in published:
+            ax_pub.plot(published[system], yi, "s", color="C1")
+    n = int(ours["questions"].max()) if len(ours) else 0
+    datasets = int(ours["datasets"].max()) if len(ours) else 0
+    ax_ours.set_title(f"ours ({profile}): macro {measure}, {level}% interval\n"
+                      f"n = {n} test questions per system ({datasets} datasets)", fontsize=9)
+    ax_pub.set_title(f"published (Qwen3-4B, paper): macro {measure.split('@')[0]}@4\nno interval published",
+                     fontsize=9)
+    ax_ours.set_yticks(y, [_label(s) for s in systems], fontsize=8)
+    for ax in (ax_ours, ax_pub):
+        ax.set_xlabel("percent")
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def gaps_with_intervals(gaps: pd.DataFrame, published: Mapping[str, tuple[float, float, float]], target: str,
+                        level: int, questions: int, path: Path) -> None:
+    """The paired gap target - baseline per baseline with its interval: ours on the left, the
+    published ones on the right (separate axes), a line at zero on both."""
+    baselines = list(gaps["baseline"])
+    y = list(range(len(baselines)))[::-1]
+    fig, (ax_ours, ax_pub) = plt.subplots(1, 2, figsize=(11, 0.45 * len(baselines) + 1.8), sharey=True)
+    for yi, row in zip(y, gaps.itertuples(index=False)):
+        ax_ours.errorbar(row.diff, yi, xerr=[[row.diff - row.low], [row.high - row.diff]], fmt="o", color="C0",
+                         capsize=3)
+        if row.baseline in published:
+            diff, low, high = published[row.baseline]
+            ax_pub.errorbar(diff, yi, xerr=[[diff - low], [high - diff]], fmt="s", color="C1", capsize=3)
+    ax_ours.set_title(f"ours: {_label(target)} - baseline, macro avg, {level}% paired interval\n"
+                      f"n = {questions} test questions per system", fontsize=9)
+    ax_pub.set_title(f"published (Qwen3-4B, paper): {_label(target)} - baseline\n"
+                     f"{len(published)} gaps published with intervals", fontsize=9)
+    ax_ours.set_yticks(y, [_label(b) for b in baselines], fontsize=8)
+    for ax in (ax_ours, ax_pub):
+        ax.axvline(0, color="grey", linewidth=0.8)
+        ax.set_xlabel("percentage points")
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
     _save(fig, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,4 +77,23 @@ def model_summary(root: Path, weights: str = "base") -> dict[str, object]:
     except ValueError as e:
         raise InputError(f"{config}: not valid JSON: {e}") from None
     summary.update({k: data[k] for k in MODEL_KEYS if k in data})
+    parameters = parameter_count(folder)
+    if parameters:
+        summary["parameters"] = parameters
     return summary
+
+
+def parameter_count(folder: Path) -> int | None:
+    """Parameters in the folder's safetensors files, read from their headers (no weights
+    loaded); None without any."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for path in files:
+        with safe_open(str(path), framework="numpy") as f:
+            for key in f.keys():
+                total += math.prod(f.get_slice(key).get_shape())
+    return total

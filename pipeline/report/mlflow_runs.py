@@ -1,21 +1,21 @@
 """Training curves and run ids read back from MLflow (the trainer's and the evaluations' runs).
 
 The trainer logs per step, in runs named after its stage ("teacher", "team", ...) and
-tagged system=<name>, the metrics `dev_em` and `dev_no_search_share`. For each run
-name the latest run counts.
+tagged system=<name>, the metrics of `pipeline.report.curves.CURVE_METRICS` (and more).
+For each run name the latest run counts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from pipeline.report.curves import Curve, CurveMetric
 from pipeline.systems import SYSTEMS
 from pipeline.tracking import experiment_name, tracking_uri
-
-CURVE_METRICS = ("dev_em", "dev_no_search_share")
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class RunInfo:
     system: str
     kind: str  # training | evaluation
     start_time: int
+    experiment_id: str = ""
 
 
 def _latest_runs(profile: str, root: Path | None) -> list[RunInfo]:
@@ -32,9 +33,10 @@ def _latest_runs(profile: str, root: Path | None) -> list[RunInfo]:
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(root))
-    if mlflow.get_experiment_by_name(experiment_name(profile)) is None:
+    experiment = mlflow.get_experiment_by_name(experiment_name(profile))
+    if experiment is None:
         return []
-    runs = mlflow.search_runs(experiment_names=[experiment_name(profile)], output_format="list",
+    runs = mlflow.search_runs(experiment_ids=[experiment.experiment_id], output_format="list",
                               filter_string="attributes.status != 'FAILED'")
     latest: dict[str, RunInfo] = {}
     for run in runs:
@@ -43,7 +45,8 @@ def _latest_runs(profile: str, root: Path | None) -> list[RunInfo]:
         if not system:
             continue
         info = RunInfo(name, run.info.run_id, system,
-                       "evaluation" if name.startswith("evaluate@") else "training", run.info.start_time or 0)
+                       "evaluation" if name.startswith("evaluate@") else "training", run.info.start_time or 0,
+                       experiment.experiment_id)
         if name not in latest or info.start_time > latest[name].start_time:
             latest[name] = info
     order = {s.name: i for i, s in enumerate(SYSTEMS)}
@@ -57,26 +60,35 @@ def _history(client, run_id: str, key: str) -> pd.Series:
     return frame.set_index("step")["value"].rename(key)
 
 
-def read_mlflow(profile: str, root: Path | None = None) -> tuple[dict[str, pd.DataFrame], list[RunInfo]]:
-    """({system: curve frame (step, dev_em, dev_no_search_share)}, runs used).
+def _int_param(params: dict[str, str], name: str) -> int | None:
+    try:
+        return int(params[name])
+    except (KeyError, ValueError):
+        return None
 
-    A system's curve comes from its latest training run that logged `dev_em`.
+
+def read_mlflow(profile: str, metrics: Sequence[CurveMetric], root: Path | None = None
+                ) -> tuple[dict[str, Curve], list[RunInfo]]:
+    """({system: its curves}, runs used), systems in pipeline.systems order.
+
+    A system's curves come from its latest training run that logged any of `metrics`.
     """
     from mlflow.tracking import MlflowClient
 
     runs = _latest_runs(profile, root)
     client = MlflowClient(tracking_uri(root))
-    curves: dict[str, pd.DataFrame] = {}
+    curves: dict[str, Curve] = {}
     used: list[RunInfo] = []
     trained = [r for r in runs if r.kind == "training"]
     for system in [s.name for s in SYSTEMS if s.mode is not None]:
-        candidates = sorted((r for r in trained if r.system == system), key=lambda r: -r.start_time)
-        for run in candidates:
-            series = [_history(client, run.run_id, key) for key in CURVE_METRICS]
-            if series[0].empty:
+        for run in sorted((r for r in trained if r.system == system), key=lambda r: -r.start_time):
+            series = [_history(client, run.run_id, m.key) for m in metrics]
+            if all(s.empty for s in series):
                 continue
-            curve = pd.concat(series, axis=1).sort_index().rename_axis("step").reset_index()
-            curves[system] = curve[["step", *CURVE_METRICS]]
+            frame = pd.concat(series, axis=1).sort_index().rename_axis("step").reset_index()
+            params = client.get_run(run.run_id).data.params
+            curves[system] = Curve(system, run.run_id, frame,
+                                   {m.key: _int_param(params, m.questions_param) for m in metrics})
             used.append(run)
             break
     used += [r for r in runs if r.kind == "evaluation"]

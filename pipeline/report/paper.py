@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pipeline.mlflow_ui import run_url
 from pipeline.report import published as pub
 from pipeline.report import tables as t
 from pipeline.report.mlflow_runs import RunInfo
@@ -16,7 +19,7 @@ from pipeline.report.results import Results
 @dataclass
 class Provenance:
     profile: str
-    git_commit: str
+    git_commit: str  # `<sha>` or `<sha>-dirty` (pipeline.tracking.git_commit)
     data_source: str
     split_sizes: dict[str, int]
     model: dict[str, Any]
@@ -24,6 +27,19 @@ class Provenance:
     runs: list[RunInfo] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # paths relative to the report folder
     curves: list[str] = field(default_factory=list)  # systems with a training curve
+    curve_files: list[str] = field(default_factory=list)  # under curves/, one per metric
+    data_docs: list[str] = field(default_factory=list)  # index pages, relative to the report folder
+    scale: str = ""  # Markdown bullets: at what scale, what it can and cannot show
+
+
+def code_line(commit: str) -> str:
+    sha = commit.removesuffix("-dirty")
+    if commit in ("", "unknown"):
+        return "Code: not a git checkout (commit unknown)"
+    if commit.endswith("-dirty"):
+        return (f"Code: uncommitted changes on top of commit `{sha}`; no commit holds the code this report "
+                "was built from (commit the code before `dvc repro` to pin it)")
+    return f"Code: commit `{sha}` (the report was built from exactly this commit's code)"
 
 
 def _provenance(p: Provenance, results: Results) -> str:
@@ -36,10 +52,12 @@ def _provenance(p: Provenance, results: Results) -> str:
             f"{t.DATASET_LABELS.get(d, d)} {counts[d]}" for d in t.datasets_of(results) if d in counts) + ")"
     model = ", ".join(f"{k} {v}" for k, v in p.model.items() if k != "folder")
     proto = ", ".join(f"{k} {v}" for k, v in p.protocol.items())
+    docs = ", ".join(f"[{Path(d).parent.name}]({d})" for d in p.data_docs) or "none found"
     return t.md_list([
         f"Profile: **{p.profile}**",
-        f"Git commit: `{p.git_commit}`",
+        code_line(p.git_commit),
         f"Data: source {p.data_source}; splits: {sizes}{per_dataset}",
+        f"Data validation (Great Expectations Data Docs): {docs}",
         f"Base model: `{p.model.get('folder')}` ({model or 'no config summary'})",
         f"Evaluation protocol: {proto}",
     ])
@@ -47,6 +65,20 @@ def _provenance(p: Provenance, results: Results) -> str:
 
 def _section(title: str, body: str) -> str:
     return f"## {title}\n\n{body.strip()}\n"
+
+
+def _run_link(run: RunInfo) -> str:
+    return f"[`{run.run_id}`]({run_url(run.experiment_id, run.run_id)})" if run.experiment_id else f"`{run.run_id}`"
+
+
+def _figures(prov: Provenance) -> str:
+    body = "\n\n".join(f"![{f}]({f})" for f in prov.figures)
+    if prov.curves:
+        body += "\n\nCurves for `dvc plots show` (one file per metric, one line per system): " + ", ".join(
+            f"[`curves/{f}`](curves/{f})" for f in prov.curve_files)
+    else:
+        body += "\n\nNo training run with a curve metric was found in MLflow; no training curves."
+    return body
 
 
 def build_markdown(results: Results, prov: Provenance) -> str:
@@ -59,6 +91,7 @@ def build_markdown(results: Results, prov: Provenance) -> str:
         _section("Provenance", _provenance(prov, results)),
         _section("Main table", t.markdown(t.main_table(results, prov.profile))
                  + "\n\nStrict extraction; macro = unweighted mean over the datasets."),
+        _section("What this scale can show", prov.scale),
     ]
     if results.present:
         parts += [
@@ -84,14 +117,8 @@ def build_markdown(results: Results, prov: Provenance) -> str:
             _section("Format and behaviour", t.markdown(t.behaviour_table(results))
                      + "\n\n" + t.published_behaviour_note()),
         ]
-    if prov.curves:
-        body = "\n\n".join(f"![{f}]({f})" for f in prov.figures)
-        body += "\n\nCurves (CSV, for `dvc plots`): " + ", ".join(f"`curves/{s}.csv`" for s in prov.curves)
-    else:
-        body = "No training run with `dev_em` was found in MLflow; no training curves."
-        body += "\n\n" + "\n\n".join(f"![{f}]({f})" for f in prov.figures)
-    parts.append(_section("Training dynamics and figures", body))
-    run_rows = [[r.name, f"`{r.run_id}`", r.system, r.kind] for r in prov.runs]
+    parts.append(_section("Figures and training dynamics", _figures(prov)))
+    run_rows = [[r.name, _run_link(r), r.system, r.kind] for r in prov.runs]
     parts.append(_section("MLflow runs used",
                           t.markdown((["run name", "run id", "system", "kind"], run_rows)) if run_rows
                           else "No MLflow runs found for this profile."))
@@ -107,6 +134,7 @@ def _fallback_html(md: str) -> str:
     def inline(text: str) -> str:
         text = html.escape(text)
         text = re.sub(r"!\[(.*?)\]\((.*?)\)", r'<img alt="\1" src="\2">', text)
+        text = re.sub(r"\[(.+?)\]\((.+?)\)", r'<a href="\2">\1</a>', text)
         text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
         text = re.sub(r"\*(.+?)\*", r"<em>\1</em>", text)
         return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
@@ -134,13 +162,30 @@ def _fallback_html(md: str) -> str:
     return "\n".join(out)
 
 
-def to_html(md: str, title: str) -> str:
+def _inline_images(body: str, folder: Path) -> str:
+    """<img src="figures/x.png"> -> a data: URI, so the page shows its figures wherever it
+    is opened (a browser, MLflow's artifact view, a Prefect artifact)."""
+
+    def inline(match: re.Match) -> str:
+        path = folder / html.unescape(match.group(2))
+        if not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f'{match.group(1)}data:image/png;base64,{data}"'
+
+    return re.sub(r'(<img [^>]*src=")([^":]+\.png)"', inline, body)
+
+
+def to_html(md: str, title: str, folder: Path | None = None) -> str:
+    """The page for a browser; with `folder`, the PNG figures it names are embedded."""
     try:
         import markdown
 
         body = markdown.markdown(md, extensions=["tables"])
     except ImportError:
         body = _fallback_html(md)
+    if folder is not None:
+        body = _inline_images(body, folder)
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
              "text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}")

@@ -10,6 +10,7 @@ from pipeline.config import Params, workflow_config
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir
 from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
+from pipeline.stages.run_logging import log_evaluation, log_report
 from pipeline.systems import system
 from pipeline.tracking import flatten, stage_run
 
@@ -20,9 +21,28 @@ def _file_hash(path: Path) -> str:
     return hash_files([path]) if path.is_file() else "absent"
 
 
+def evaluation_metrics(records, runs: int) -> dict[str, float]:
+    """The MLflow metrics of an evaluation run: macro and per-dataset `avg_at_k`, `pass_at_k`,
+    `all_at_k` (`macro_avg_at_4`, `nq_avg_at_4`, ...; MLflow keys hold no `@`), format and workload."""
+    from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
+
+    macro = macro_metrics(records, runs=runs).iloc[0]
+    wl, bh = workload(records).iloc[0], behaviour(records, runs=runs).iloc[0]
+    keys = [f"avg@{runs}", f"pass@{runs}", f"all@{runs}"]
+    metrics = {f"macro_{k}": float(macro[k]) for k in keys}
+    for _, row in per_dataset_metrics(records, runs=runs).iterrows():
+        metrics.update({f"{row['dataset']}_{k}": float(row[k]) for k in keys})
+    metrics.update({
+        "format_failure_rate": float(bh["format_failure_rate_macro"]),
+        "searches_per_workflow": float(wl["search_actions"]),
+        "input_tokens_per_workflow": float(wl["input_tokens"]),
+        "output_tokens_per_workflow": float(wl["output_tokens"]),
+    })
+    return {k.replace("@", "_at_"): v for k, v in metrics.items()}
+
+
 def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
     """Evaluate one system of pipeline.systems on the test split; write data/eval/<system>/."""
-    from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
     from pipeline.eval.run import evaluate_system, model_fingerprint
 
     if system_name is None:
@@ -36,7 +56,8 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
     runs = params.common.eval.runs
     eval_params = {"eval": params.eval.model_dump(), "protocol": params.common.protocol.model_dump(), "runs": runs}
     with stage_run(f"evaluate@{system_name}", params.profile,
-                   {**eval_params, "system": system_name, "workflow": sys_.workflow, "model_dir": str(model_dir)},
+                   {**eval_params, "system": system_name, "workflow": sys_.workflow,
+                    "model_dir": model_dir.relative_to(root).as_posix()},
                    tags={"system": system_name}, root=root) as mlf:
         test_path = paths.split("test")
         questions = read_split(root, "test")
@@ -53,23 +74,12 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
                                  params.eval.seed, system=system_name, workflow=sys_.workflow,
                                  fingerprint_extra=extra)
         records = result.records
-        macro = macro_metrics(records, runs=runs).iloc[0]
-        per_dataset = per_dataset_metrics(records, runs=runs)
-        wl, bh = workload(records).iloc[0], behaviour(records, runs=runs).iloc[0]
-        keys = [f"avg@{runs}", f"pass@{runs}", f"all@{runs}"]
-        metrics = {f"macro_{k}": float(macro[k]) for k in keys}
-        for _, row in per_dataset.iterrows():
-            metrics.update({f"{row['dataset']}_{k}": float(row[k]) for k in keys})
-        metrics.update({
-            "format_failure_rate": float(bh["format_failure_rate_macro"]),
-            "searches_per_workflow": float(wl["search_actions"]),
-            "input_tokens_per_workflow": float(wl["input_tokens"]),
-            "output_tokens_per_workflow": float(wl["output_tokens"]),
-            "records": len(records), "shards_computed": result.computed, "shards_reused": result.reused,
-            "seconds": result.seconds,
-        })
-        mlf.log_metrics({k.replace("@", "_at_"): v for k, v in metrics.items()})  # MLflow keys: no "@"
-    return {"system": system_name, "records": len(records), "macro_avg@4": float(macro[keys[0]]),
+        metrics = evaluation_metrics(records, runs)
+        metrics.update({"records": len(records), "shards_computed": result.computed, "shards_reused": result.reused,
+                        "seconds": result.seconds})
+        mlf.log_metrics(metrics)
+        log_evaluation(mlf, out_dir / "records.parquet", extra["model"], system_name)
+    return {"system": system_name, "records": len(records), "macro_avg@4": metrics[f"macro_avg_at_{runs}"],
             "shards_computed": result.computed, "shards_reused": result.reused, "seconds": round(result.seconds, 1)}
 
 
@@ -83,7 +93,6 @@ def run_report(params: Params, root: Path) -> dict:
             mlf.log_metrics({f"{name}.macro_{m.replace('@', '_at_')}": v
                              for m, v in values["macro"].items() if v is not None})
         mlf.log_metric("seconds", out.seconds)
-        mlf.log_artifact(str(out.metrics_path))
-        mlf.log_artifact(str(out.folder / "paper.md"))
+        log_report(mlf, out.folder, out.metrics_path)
     return {"systems": len(out.results.present), "missing": out.results.missing, "curves": out.curves,
             "runs_used": out.runs_used, "seconds": round(out.seconds, 2)}

@@ -16,6 +16,7 @@ from pipeline.config import Params, workflow_config
 from pipeline.io import write_json
 from pipeline.paths import model_dir
 from pipeline.stages.inputs import open_policy, open_retriever, read_corpus, read_split
+from pipeline.stages.run_logging import log_weights
 from pipeline.tracking import CurveLogger, stage_run
 
 BEHAVIOUR_BATCH = 16  # rows per generate call: bounds the prefill's memory and padding (256 rows: ~6 GB)
@@ -54,6 +55,7 @@ def run_base_model(params: Params, root: Path) -> dict:
             mlf.log_metrics({**_flat_metrics(behaviour), "behaviour_seconds": time.perf_counter() - start})
             mlf.log_artifact(str(behaviour_path(root)))
             summary["behaviour"] = behaviour
+        log_weights(mlf, params, root, out, "base_model", "base_model", kind="base_model")
     return summary
 
 

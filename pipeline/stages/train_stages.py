@@ -24,6 +24,7 @@ from pipeline.rl.modes import mode_of_key
 from pipeline.rl.train_params import train_config
 from pipeline.rl.trainer import TrainInputs, checkpoint_fingerprint, train
 from pipeline.stages.inputs import open_policy, open_retriever, read_split, require_model
+from pipeline.stages.run_logging import log_training
 from pipeline.systems import ABLATIONS, trained_by
 from pipeline.tracking import CurveLogger, stage_run
 
@@ -82,6 +83,7 @@ def train_system(params: Params, root: Path, key: str, run_name: str) -> dict:
         save_hf_folder(inputs.policy.model, inputs.policy.tokenizer, out)
         seconds = time.perf_counter() - start
         mlf.log_metrics({"train_seconds": seconds, "resumed_from": result.resumed_from})
+        log_training(mlf, params, root, out, target.name, run_name, inputs.audit_dir)
     return {"system": target.name, "steps": result.steps, "resumed_from": result.resumed_from,
             "seconds": round(seconds, 1), "model": str(out)}
 

@@ -1,0 +1,173 @@
+"""What a Prefect user sees: stage-named task runs, DVC output streamed line by line without
+control characters, a stage visibly waiting for the `gpu` slot, the `gpu` limit and pools
+after deploying, the `paper` schedule paused without a gpu worker, the up-to-date check that
+skips stages without a workspace, and the flow's closing summary."""
+
+from __future__ import annotations
+
+import stat
+import sys
+import time
+
+import pytest
+
+from flows import workspaces
+from flows.deploy import deployments
+from flows.stages import GPU_LIMIT, WAITING, gpu_slot, stage_task
+from flows.summary import report_sections, summary_markdown
+from flows.workspaces import _same_file, clean_line, run_dvc, up_to_date
+
+
+def test_task_runs_carry_the_stage_name_from_creation():
+    task = stage_task("ablation@base_teacher", "gpu")
+    assert task.name == "ablation@base_teacher" and task.task_run_name == "ablation@base_teacher"
+    assert task.tags == {"gpu"}
+
+
+def test_output_lines_lose_progress_redraws_colours_and_dvc_hints():
+    assert clean_line("Loading:  10%|#  | 1/10\rLoading: 100%|##########| 10/10\n") == "Loading: 100%|##########| 10/10"
+    assert clean_line("\x1b[32mRunning stage 'splits':\x1b[0m\n") == "Running stage 'splits':"
+    assert clean_line("Use `dvc push` to send your updates to remote storage.\n") is None
+    assert clean_line("To track the changes with git, run:\n") is None
+    assert clean_line("\tgit add dvc.lock\n") is None
+    assert clean_line("\r\n") is None and clean_line("stage output\n") == "stage output"
+
+
+def test_dvc_output_streams_while_the_command_runs(tmp_path, monkeypatch):
+    fake = tmp_path / "dvc"
+    fake.write_text(f"#!{sys.executable}\nimport sys, time\nprint('first', flush=True)\ntime.sleep(1.5)\n"
+                    "print('\\x1b[1mlast\\x1b[0m', flush=True)\nsys.exit(3)\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(workspaces, "dvc_executable", lambda: str(fake))
+    seen = []
+    started = time.monotonic()
+    code, out = run_dvc(["repro"], tmp_path, {}, on_line=lambda line: seen.append((time.monotonic(), line)))
+    ended = time.monotonic()
+    assert code == 3 and out == "first\nlast" and [line for _, line in seen] == ["first", "last"]
+    assert seen[0][0] < ended - 1.0  # the first line arrived while the command still ran
+
+
+def test_only_stages_clean_with_everything_upstream_count_as_up_to_date():
+    graph = {"splits": [], "corpus": [], "validate": ["splits"], "index": ["corpus"], "base": ["validate", "index"]}
+    assert up_to_date(graph, set()) == set(graph)
+    assert up_to_date(graph, {"corpus"}) == {"splits", "validate"}  # index and base wait for corpus
+    assert up_to_date(graph, {"validate"}) == {"splits", "corpus", "index"}
+    assert up_to_date(graph, None) == set()  # `dvc status` failed: DVC decides in each workspace
+
+
+def test_mirror_compares_size_and_modification_time(tmp_path):
+    src, dst = tmp_path / "a.py", tmp_path / "b.py"
+    src.write_text("x = 1\n")
+    assert not _same_file(src, dst)
+    import shutil
+
+    shutil.copy2(src, dst)
+    assert _same_file(src, dst)
+    src.write_text("x = 2\n")  # same size, new content and time
+    assert not _same_file(src, dst)
+
+
+def test_paper_schedule_waits_paused_until_a_gpu_worker_is_online():
+    paused = {d.name: d for d, _ in deployments(online={"cpu"})}
+    (schedule,) = paused["paper"].schedules
+    assert schedule.active is False and "no worker of the `gpu` pool is online" in paused["paper"].description
+    assert paused["smoke"].schedules[0].active is True
+    running = {d.name: d for d, _ in deployments(online={"cpu", "gpu"})}
+    assert running["paper"].schedules[0].active is True and "paused" not in running["paper"].description
+
+
+def test_flow_summary_holds_the_main_table_and_links(tmp_path):
+    folder = tmp_path / "reports" / "ci"
+    (folder / "data_docs" / "splits").mkdir(parents=True)
+    (folder / "data_docs" / "splits" / "index.html").write_text("<html></html>")
+    (folder / "paper.html").write_text("<html></html>")
+    (folder / "paper.md").write_text("# R\n\n## Provenance\n\n- x\n\n## Main table\n\n| system | a |\n|---|---|\n"
+                                     "| MultiAgent-OPD | 1.00 |\n\n## What this scale can show\n\n- **Made at:** ci\n\n"
+                                     "## Per dataset avg@4\n\n| q |\n")
+    assert [s.splitlines()[0] for s in report_sections((folder / "paper.md").read_text())] == [
+        "## Main table", "## What this scale can show"]
+    md = summary_markdown(tmp_path, "ci", {"splits": "skipped", "report": "ran"}, "3")
+    assert "| MultiAgent-OPD | 1.00 |" in md and "**Made at:** ci" in md and "Per dataset" not in md
+    assert "1 ran, 1 skipped" in md and "#/experiments/3/runs?workflowType=machine_learning" in md
+    assert (folder / "paper.html").as_uri() in md and "data_docs/splits/index.html" in md
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_a_stage_waiting_for_the_gpu_slot_is_shown_waiting(prefect_server):
+    from prefect import flow, get_run_logger, task
+    from prefect.client.orchestration import get_client
+
+    from flows.stages import ensure_gpu_limit
+
+    @task
+    def hold(seconds: float) -> None:
+        with gpu_slot(get_run_logger()):
+            time.sleep(seconds)
+
+    @flow
+    def two_gpu_stages() -> None:
+        ensure_gpu_limit(1)
+        futures = [hold.with_options(name=name, task_run_name=name).submit(2.0) for name in ("first", "second")]
+        for future in futures:
+            future.result()
+
+    two_gpu_stages()
+    with get_client(sync_client=True) as client:
+        histories = {run.name: [s.name for s in client.read_task_run_states(run.id)] for run in client.read_task_runs()}
+    waited = [name for name, states in histories.items() if WAITING in states]
+    assert len(waited) == 1, histories  # one held the slot, the other showed that it waited
+    assert histories[waited[0]][-3:] == [WAITING, "Running", "Completed"]
+
+
+def test_deploying_creates_the_pools_the_gpu_limit_and_the_deployments(prefect_server):
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    from flows.deploy import main
+
+    with get_client(sync_client=True) as client:  # a fresh server: no limit yet (an earlier test made one)
+        try:
+            client.delete_global_concurrency_limit_by_name(GPU_LIMIT)
+        except ObjectNotFound:
+            pass
+        with pytest.raises(ObjectNotFound):
+            client.read_global_concurrency_limit_by_name(GPU_LIMIT)
+    main(["--worker-starting", "cpu"])
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(GPU_LIMIT).limit == 1
+        assert {p.name for p in client.read_work_pools()} >= {"cpu", "gpu"}
+        paper = client.read_deployment_by_name("maopd-paper/paper")
+        assert [s.active for s in paper.schedules] == [False]  # no gpu worker online
+        assert [s.active for s in client.read_deployment_by_name("maopd-paper/smoke").schedules] == [True]
+
+
+def test_a_failed_stage_still_leaves_the_summary(prefect_server, tmp_path, monkeypatch):
+    """splits fails (its own error, not retried), corpus is independent and runs,
+    validate_splits never starts: the flow fails, and its summary says so."""
+    from prefect.client.orchestration import get_client
+
+    from flows import stages
+    from pipeline.repo_copy import copy_repo
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    checkout = copy_repo(tmp_path / "repo", profile="ci")
+    real = stages.run_stage
+
+    def failing(layout, stage, *args, **kwargs):
+        if stage == "splits":
+            raise workspaces.StageFailed("dvc repro --single-item splits failed (exit 2)", transient=False)
+        return real(layout, stage, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "run_stage", failing)
+    with pytest.raises(workspaces.StageFailed):
+        stages.paper_flow(profile="ci", stages=["splits", "corpus", "validate_splits"], checkout=str(checkout))
+    with get_client(sync_client=True) as client:
+        (summary,) = [a for a in client.read_artifacts() if a.key == "maopd-ci-summary"]
+    assert "1 failed, 1 not run, 1 ran" in summary.data
