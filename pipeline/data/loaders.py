@@ -39,6 +39,7 @@ import pyarrow.json as pj
 from tqdm import tqdm
 
 from pipeline.errors import InputError
+from pipeline.retrieval.contents import split_contents_array
 
 QA_COLUMNS = ["dataset", "split", "id", "question", "golden_answers", "source_id"]
 CORPUS_COLUMNS = ["id", "title", "text", "contents"]
@@ -220,11 +221,9 @@ def load_qa_file(path: str | Path, dataset: str, split: str) -> pd.DataFrame:
 
 
 def _split_contents(contents: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """'"Title"\\ntext' -> (title, text); a first line without quotes is taken as the title as is."""
-    parts = contents.str.partition("\n")
-    has_title = parts[1] == "\n"
-    title = parts[0].str.strip().str.replace(r'^"(.*)"$', r"\1", regex=True)
-    return title.where(has_title, ""), parts[2].where(has_title, parts[0])
+    """'"Title"\\ntext' -> (title, text), by pipeline.retrieval.contents' one rule."""
+    title, text = split_contents_array(pa.array(contents.to_numpy(dtype=object), pa.large_string()))
+    return title.to_pandas().astype("str"), text.to_pandas().astype("str")
 
 
 def _corpus_frame(frame: pd.DataFrame, path: Path, where_of) -> pd.DataFrame:

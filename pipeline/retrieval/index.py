@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from pipeline.errors import InputError
 from pipeline.io import atomic_dir
-from pipeline.retrieval.contents import join_contents
+from pipeline.retrieval.contents import join_contents, split_contents_array
 from pipeline.retrieval.encoders import Encoder
 from pipeline.retrieval.faiss_index import new_index, set_nprobe, to_build_device, to_cpu, to_search_device, train
 from pipeline.retrieval.index_spec import IndexSpec
@@ -156,11 +156,8 @@ def read_flashrag_corpus(corpus_jsonl_path: str | Path) -> pa.Table:
         raise InputError(f"{path}: field 'contents' has type {contents.type}; expected string")
     if contents.null_count:
         raise InputError(f"{path}: {contents.null_count} line(s) have a null 'contents'")
-    # Vectorised split_contents: first line (quotes stripped) is the title, the rest the text.
-    parts = pc.extract_regex(contents, r"(?s)^(?P<title>[^\n]*)\n?(?P<text>.*)$")
-    title = pc.utf8_trim(pc.utf8_trim_whitespace(pc.struct_field(parts, "title")), characters='"')
-    return pa.table({"id": pc.cast(raw.column("id"), pa.string()), "title": title,
-                     "text": pc.struct_field(parts, "text")})
+    title, text = split_contents_array(contents)
+    return pa.table({"id": pc.cast(raw.column("id"), pa.string()), "title": title, "text": text})
 
 
 def _locate_bad_line(path: Path) -> None:

@@ -68,6 +68,9 @@ def run_corpus(params: Params, root: Path) -> dict:
 
         _, passages = load_raw_dir(root / params.data.raw_dir)
     passages = passages[["id", "title", "text", "contents"]].reset_index(drop=True)
+    if passages.empty:
+        raise InputError(f"{root / params.data.raw_dir / 'corpus'}: no passages; expected corpus files "
+                         f"(*.jsonl, *.json, *.parquet) holding at least one passage")
     if passages["id"].duplicated().any():
         dup = passages.loc[passages["id"].duplicated(), "id"].iloc[0]
         raise InputError(f"corpus: passage id {dup!r} repeats; expected unique ids")
