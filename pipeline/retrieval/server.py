@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from pipeline.errors import InputError
@@ -100,6 +101,12 @@ async def read_body(request: Request, limits: ServerLimits) -> bytes:
                            f"(Content-Length {declared})") from None
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _check_text(queries: list[str]) -> None:
     for i, query in enumerate(queries):
         if "\x00" in query:
@@ -157,6 +164,10 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, batchin
     async def _refused(_: Request, exc: Refused) -> JSONResponse:
         return _error(exc.status, exc.message, exc.detail)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, f"{exc.detail}: expected POST /retrieve or GET /health")
+
     @app.exception_handler(InputError)
     async def _bad_input(_: Request, exc: InputError) -> JSONResponse:
         return _error(422, f"invalid request: {exc}")
@@ -190,8 +201,15 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, batchin
         if batcher is None:
             results = await run_in_threadpool(locked_search, queries, topk)
         else:
+            search = asyncio.ensure_future(batcher.search(queries, topk))
+            gone = asyncio.ensure_future(_disconnected(request))
+            await asyncio.wait({search, gone}, return_when=asyncio.FIRST_COMPLETED)
+            gone.cancel()
+            if not search.done():  # the client left (e.g. its timeout): its job is dropped unsearched
+                search.cancel()
+                return _error(499, "client disconnected")
             try:
-                results = await batcher.search(queries, topk)
+                results = search.result()
             except QueueFull as err:
                 return JSONResponse(status_code=503, content={"error": f"busy: {err}; retry later"},
                                     headers={"Retry-After": "1"})
