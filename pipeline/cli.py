@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.errors import ConfigError, InputError, ValidationFailed
-from pipeline.retrieval.limits import ServerLimits
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, ServerLimits
 from pipeline.rl.modes import BY_TRAIN_KEY
 
 
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="largest request body in MiB (default %(default)s)")
     serve.add_argument("--body-timeout", type=float, default=ServerLimits.body_timeout_s,
                        help="seconds a request body may take to arrive (default %(default)s)")
-    serve.add_argument("--encode-batch", type=int, default=256,
+    serve.add_argument("--encode-batch", type=int, default=ENCODE_BATCH_QUERIES,
                        help="queries per encoder call: concurrent requests share it (default %(default)s)")
     serve.add_argument("--no-batching", action="store_true",
                        help="the old single-lock server (each request alone): a benchmark baseline")

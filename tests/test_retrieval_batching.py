@@ -305,3 +305,37 @@ def test_unknown_routes_and_methods_get_json_errors(client):
     resp = client.get("/retrieve")
     assert resp.status_code == 405 and "expected POST /retrieve" in resp.json()["error"]
     assert client.get("/nope").status_code == 404 and "error" in client.get("/nope").json()
+
+
+def test_an_overloaded_queue_serves_the_newest_requests_first():
+    retriever = GatedRetriever()
+    batcher = MicroBatcher(retriever, batch_queries=3, lifo_after_s=0.2)
+    batcher.submit(["busy"], 1, lambda *_: None)
+    assert retriever.entered.wait(5)
+    for name in ("old1", "old2", "old3"):
+        batcher.submit([name], 1, lambda *_: None)
+    time.sleep(0.3)  # the oldest has now waited longer than lifo_after_s
+    for name in ("new1", "new2", "new3"):
+        batcher.submit([name], 1, lambda *_: None)
+    retriever.gate.set()
+    deadline = time.time() + 5
+    while len(retriever.calls) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    assert [q for q, _ in retriever.calls[1:3]] == [["new3", "new2", "new1"], ["old3", "old2", "old1"]]
+    assert batcher.lifo_batches == 2  # still congested: the old ones have waited longest
+    batcher.close()
+
+
+def test_an_uncongested_queue_is_first_in_first_out():
+    retriever = GatedRetriever()
+    batcher = MicroBatcher(retriever, batch_queries=2, lifo_after_s=60)
+    batcher.submit(["busy"], 1, lambda *_: None)
+    assert retriever.entered.wait(5)
+    for name in ("a", "b", "c", "d"):
+        batcher.submit([name], 1, lambda *_: None)
+    retriever.gate.set()
+    deadline = time.time() + 5
+    while len(retriever.calls) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    assert [q for q, _ in retriever.calls[1:3]] == [["a", "b"], ["c", "d"]]
+    batcher.close()

@@ -8,18 +8,24 @@ retriever, so nothing else waits on the encoder.
 A job holding a long query (over `long_query_chars` characters: up to 512 tokens, seconds of
 CPU each) is not searched in one go: the worker searches one of its queries between two
 batches of short jobs, so a few long requests never hold every short one behind them.
+
+Overload (adaptive LIFO): while the oldest waiting job has waited more than `lifo_after_s`,
+the newest jobs are served first. Their clients have the most time left; the oldest would
+mostly time out anyway, and a job whose client has gone is dropped unsearched. Served
+first-in first-out, an overloaded queue answers every request too late.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from pipeline.retrieval.base import Passage, Retriever
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, MAX_WAITING_REQUESTS
 
 
 class QueueFull(RuntimeError):
@@ -33,6 +39,7 @@ class _Job:
     done: Callable[[list[list[Passage]] | None, BaseException | None], None]
     abandoned: Callable[[], bool] = lambda: False  # the requester has gone: skip the work
     size: int = field(init=False)
+    submitted: float = field(default_factory=time.monotonic)
     rows: list[list[Passage]] = field(default_factory=list)  # long jobs: results so far
 
     def __post_init__(self) -> None:
@@ -42,36 +49,41 @@ class _Job:
 class MicroBatcher:
     """One worker thread that serves every search of `retriever`, many requests per batch."""
 
-    def __init__(self, retriever: Retriever, batch_queries: int = 256, max_jobs: int = 1024,
-                 long_query_chars: int = 1024) -> None:
+    def __init__(self, retriever: Retriever, batch_queries: int = ENCODE_BATCH_QUERIES,
+                 max_jobs: int = MAX_WAITING_REQUESTS,
+                 long_query_chars: int = 1024, lifo_after_s: float = 5.0) -> None:
         if batch_queries < 1 or max_jobs < 1:
             raise ValueError("batch_queries and max_jobs must be >= 1")
         self.retriever = retriever
         self.batch_queries = batch_queries
+        self.max_jobs = max_jobs
         self.long_query_chars = long_query_chars
+        self.lifo_after_s = lifo_after_s
+        self._pending: deque[_Job] = deque()  # submitted, oldest first
         self._long: deque[_Job] = deque()  # jobs with a long query, searched a query at a time
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max_jobs)
-        self._held: _Job | None = None  # taken from the queue but left for the next batch
+        self._ready = threading.Condition()
         self._closing = False
         self.batches = 0  # encoder batches run (for /health and tests)
         self.queries_served = 0
         self.dropped = 0  # jobs whose requester left before the worker reached them
+        self.lifo_batches = 0  # batches picked newest first (overload)
         self._worker = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
         self._worker.start()
 
     @property
     def waiting(self) -> int:
-        return self._jobs.qsize()
+        return len(self._pending)
 
     def submit(self, queries: Sequence[str], k: int,
                done: Callable[[list[list[Passage]] | None, BaseException | None], None],
                abandoned: Callable[[], bool] = lambda: False) -> None:
         """Queue a search; `done(results, error)` is called from the worker thread, unless
         `abandoned()` is true by the time the worker reaches the job (it is then dropped)."""
-        try:
-            self._jobs.put_nowait(_Job(list(queries), k, done, abandoned))
-        except queue.Full:
-            raise QueueFull(f"{self._jobs.maxsize} requests already waiting") from None
+        with self._ready:
+            if len(self._pending) >= self.max_jobs:
+                raise QueueFull(f"{self.max_jobs} requests already waiting")
+            self._pending.append(_Job(list(queries), k, done, abandoned))
+            self._ready.notify()
 
     async def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Awaitable search for an event loop (the server's request handlers)."""
@@ -111,47 +123,39 @@ class MicroBatcher:
         return outcome[0]
 
     def close(self) -> None:
-        self._jobs.put(None)
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
         self._worker.join(timeout=30)
-
-    def _take(self, block: bool) -> _Job | None | bool:
-        """The next job (a held one first); False when none waits and block is False."""
-        if self._held is not None:
-            job, self._held = self._held, None
-            return job
-        try:
-            return self._jobs.get(block=block and not self._closing)
-        except queue.Empty:
-            return False
 
     def _is_long(self, job: _Job) -> bool:
         return any(len(q) > self.long_query_chars for q in job.queries)
 
-    def _next_batch(self) -> list[_Job] | None:
+    def _next_batch(self) -> list[_Job]:
         """Short jobs waiting, up to batch_queries queries (a larger job alone, searched in
-        chunks); blocks for the first one only while no long job is in progress. Long jobs
-        met on the way join self._long. None: the batcher is closing."""
-        jobs: list[_Job] = []
-        total = 0
-        while total < self.batch_queries:
-            job = self._take(block=not jobs and not self._long)
-            if job is False:
-                break
-            if job is None:
-                self._closing = True
-                break
-            if job.abandoned():
-                self.dropped += 1
-                continue
-            if self._is_long(job):
-                self._long.append(job)
-                continue
-            if jobs and total + job.size > self.batch_queries:
-                self._held = job
-                break
-            jobs.append(job)
-            total += job.size
-        return jobs
+        chunks), oldest first unless the queue is congested; waits for one only while no long
+        job is in progress. Long jobs join self._long; abandoned ones are dropped."""
+        with self._ready:
+            while not self._pending and not self._long and not self._closing:
+                self._ready.wait()
+            live = [job for job in self._pending if not job.abandoned()]
+            self.dropped += len(self._pending) - len(live)
+            self._long.extend(job for job in live if self._is_long(job))
+            short = [job for job in live if not self._is_long(job)]
+            congested = bool(short) and time.monotonic() - short[0].submitted > self.lifo_after_s
+            jobs: list[_Job] = []
+            total = 0
+            for job in reversed(short) if congested else short:
+                if jobs and total + job.size > self.batch_queries:
+                    continue
+                jobs.append(job)
+                total += job.size
+                if total >= self.batch_queries:
+                    break
+            taken = {id(job) for job in jobs}
+            self._pending = deque(job for job in short if id(job) not in taken)
+            self.lifo_batches += bool(jobs) and congested
+            return jobs
 
     def _run(self) -> None:
         while True:
@@ -160,8 +164,9 @@ class MicroBatcher:
                 self._serve(jobs)
             if self._long:
                 self._step_long()
-            if self._closing and not self._long and self._held is None:
+            if self._closing and not self._long and not self._pending:
                 return
+
 
     def _serve(self, jobs: list[_Job]) -> None:
         try:
@@ -210,4 +215,4 @@ def describe(batcher: MicroBatcher | None) -> dict[str, Any]:
         return {"batching": False}
     return {"batching": True, "batch_queries": batcher.batch_queries, "waiting_requests": batcher.waiting,
             "encoder_batches": batcher.batches, "queries_served": batcher.queries_served,
-            "abandoned_requests_dropped": batcher.dropped}
+            "abandoned_requests_dropped": batcher.dropped, "newest_first_batches": batcher.lifo_batches}

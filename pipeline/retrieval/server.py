@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect
 from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage, Retriever
 from pipeline.retrieval.batcher import MicroBatcher, QueueFull, describe
-from pipeline.retrieval.limits import ServerLimits
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, MAX_WAITING_REQUESTS, ServerLimits
 
 
 class RetrieveRequest(BaseModel):
@@ -148,7 +148,8 @@ def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bo
 
 
 def create_app(retriever: Retriever, limits: ServerLimits | None = None, batching: bool = True,
-               batch_queries: int = 256, max_waiting: int = 1024, **limit_overrides: Any) -> FastAPI:
+               batch_queries: int = ENCODE_BATCH_QUERIES, max_waiting: int = MAX_WAITING_REQUESTS,
+               **limit_overrides: Any) -> FastAPI:
     """FastAPI app serving `retriever`. batching=False is the old single-lock server (every
     request searched alone, one at a time, /health in the same thread pool): kept as the
     baseline of benchmarks/bench_retrieval_load.py."""
