@@ -137,6 +137,7 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
         stop.set()
         prober.join()
         rss = peak_rss_mb(proc.pid)
+        server = httpx.get(f"{url}/health", timeout=30).json()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -147,7 +148,9 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
             "p99": float(np.percentile(latencies, 99)) if latencies else float("nan"),
             "health_p50_ms": float(np.percentile(health, 50)) * 1000 if health else float("nan"),
             "health_p99_ms": float(np.percentile(health, 99)) * 1000 if health else float("nan"),
-            "health_checks": len(health), "peak_rss_mb": rss}
+            "health_checks": len(health), "peak_rss_mb": rss,
+            "server": {k: server[k] for k in ("queries_served", "abandoned_requests_dropped", "newest_first_batches",
+                                              "encoder_batches") if k in server}}
 
 
 def report(name: str, r: dict) -> None:
@@ -155,6 +158,8 @@ def report(name: str, r: dict) -> None:
           f"{r['qps']:.1f} queries/s ({r['rps']:.2f} requests/s); latency p50 {r['p50']:.2f} s, "
           f"p99 {r['p99']:.2f} s; /health p50 {r['health_p50_ms']:.0f} ms, p99 {r['health_p99_ms']:.0f} ms "
           f"({r['health_checks']} checks); server peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
+    if r["server"]:
+        print(f"    server side: {r['server']}")
     for err in sorted(set(r["errors"]))[:3]:
         print(f"    error: {err}")
 
