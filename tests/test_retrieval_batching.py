@@ -339,3 +339,22 @@ def test_an_uncongested_queue_is_first_in_first_out():
         time.sleep(0.01)
     assert [q for q, _ in retriever.calls[1:3]] == [["a", "b"], ["c", "d"]]
     batcher.close()
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    (["serve-retriever"], {}, "1"),
+    (["serve-retriever", "--omp-threads", "3"], {}, "3"),
+    (["serve-retriever", "--omp-threads=4"], {}, "4"),
+    (["serve-retriever"], {"OMP_NUM_THREADS": "8"}, "8"),  # the user's setting wins
+    (["run", "index"], {}, None),  # other commands are left alone
+])
+def test_server_openmp_threads_are_set_before_openmp_loads(argv, env, expected, monkeypatch):
+    from pipeline.cli import _server_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    _server_threads(argv)
+    import os
+
+    assert os.environ.get("OMP_NUM_THREADS") == expected
