@@ -51,7 +51,7 @@ class MicroBatcher:
 
     def __init__(self, retriever: Retriever, batch_queries: int = ENCODE_BATCH_QUERIES,
                  max_jobs: int = MAX_WAITING_REQUESTS,
-                 long_query_chars: int = 1024, lifo_after_s: float = 5.0) -> None:
+                 long_query_chars: int = 1024, lifo_after_s: float = 15.0) -> None:
         if batch_queries < 1 or max_jobs < 1:
             raise ValueError("batch_queries and max_jobs must be >= 1")
         self.retriever = retriever
