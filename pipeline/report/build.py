@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pipeline.config import Params
 from pipeline.io import atomic_dir, write_json, write_text
+from pipeline.report import comparisons as cmp
 from pipeline.report import figures
 from pipeline.report import published as pub
 from pipeline.report.curves import CURVE_METRICS, write_curve_files
@@ -20,7 +21,7 @@ from pipeline.report.mlflow_runs import read_mlflow
 from pipeline.report.paper import Provenance, build_markdown, to_html
 from pipeline.report.results import Results, compute_results
 from pipeline.report.scale import measure_scale, scale_section
-from pipeline.report.tables import latex_main_table
+from pipeline.report.tables import latex_main_table, markdown
 from pipeline.systems import BY_NAME, SYSTEMS
 from pipeline.tracking import git_commit
 
@@ -52,6 +53,26 @@ def data_docs() -> list[str]:
     return [f"data_docs/{name}/index.html" for name in DATA_DOCS]
 
 
+def comparisons_section(results: Results, records, curves, ev, level: int) -> str:
+    """The paper's comparisons at this scale: gaps with intervals and verdicts, the search
+    collapse, and the Searcher's KL to the Teacher."""
+    gaps = cmp.measure_gaps(records, results.present, ev.runs, ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
+    no_search = (results.value("behaviour", "ablation_outcome_rl_searcher", "no_search_share")
+                 if "ablation_outcome_rl_searcher" in results.present else None)
+    kl_table, kl_sentence = cmp.searcher_kl(curves)
+    parts = [markdown(cmp.gaps_table(gaps, level)),
+             f"Macro avg@{ev.runs} gaps, paired bootstrap ({ev.bootstrap_draws} draws). The Prompted Critic "
+             "trains its Leader and Answerer exactly as MultiAgent-OPD does (KL to the Stage-I Teacher "
+             "included), so the two differ only in the Searcher's signal.",
+             "**Search collapse.** " + cmp.search_collapse(curves, no_search),
+             "**Searcher KL to the Teacher** (token mean over the generated positions of fixed dev Searcher "
+             "contexts, the Stage-I Teacher's own calls, for every Stage-II system):"]
+    if kl_table[1]:
+        parts.append(markdown(kl_table))
+    parts.append(kl_sentence)
+    return "\n\n".join(parts)
+
+
 def build_report(params: Params, root: Path) -> ReportOutput:
     start = time.perf_counter()
     ev = params.common.eval
@@ -78,9 +99,14 @@ def build_report(params: Params, root: Path) -> ReportOutput:
                                         int(intervals["questions"].max()), tmp / "gaps.png")
             figure_names.append("figures/gaps.png")
         if curves:
-            figures.training_curves(curves, CURVE_METRICS, tmp / "training_dynamics.png")
+            dev = [m for m in CURVE_METRICS if m.key.startswith("dev_")]
+            figures.training_curves(curves, dev, tmp / "training_dynamics.png", columns=3)
             figure_names.append("figures/training_dynamics.png")
+            figures.training_curves(curves, [m for m in CURVE_METRICS if m not in dev],
+                                    tmp / "training_diagnostics.png", columns=3)
+            figure_names.append("figures/training_diagnostics.png")
 
+    comparisons_md = comparisons_section(results, loaded.records, curves, ev, level)
     model = model_summary(root)
     prov = Provenance(
         profile=params.profile, git_commit=git_commit(root), data_source=params.data.source,
@@ -91,6 +117,7 @@ def build_report(params: Params, root: Path) -> ReportOutput:
         data_docs=data_docs(),
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
                             ev.target_system),
+        comparisons=comparisons_md,
     )
     md = build_markdown(results, prov)
     write_text(folder / "paper.md", md)

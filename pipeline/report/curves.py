@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.domain import ROLES
 from pipeline.io import atomic_dir
 
 
@@ -24,9 +25,19 @@ class CurveMetric:
     questions_param: str  # the training run's param: questions behind one point
 
 
+DEV, BATCH = "shared.dev_questions", "shared.questions_per_batch"
 CURVE_METRICS: tuple[CurveMetric, ...] = (
-    CurveMetric("dev_em", "dev exact match", "shared.dev_questions"),
-    CurveMetric("dev_no_search_share", "dev no-search share", "shared.dev_questions"),
+    CurveMetric("dev_em", "dev exact match", DEV),
+    CurveMetric("dev_no_search_share", "dev no-search share", DEV),
+    CurveMetric("dev_searcher_kl", "dev Searcher KL to the Stage-I Teacher (fixed contexts)", DEV),
+    CurveMetric("no_search_share", "training batch no-search share", BATCH),
+    CurveMetric("searcher_kl_sampled", "training Searcher KL to its Teacher (sampled)", BATCH),
+    *(CurveMetric(f"zero_adv_groups_{role}", f"{role}: share of GRPO groups with zero advantage", BATCH)
+      for role in ROLES),
+    *(CurveMetric(f"abs_adv_{role}_{kind}", f"{role}: mean |advantage| ({kind.upper()})", BATCH)
+      for role in ROLES for kind in ("grpo", "opd")),
+    CurveMetric("clip_fraction", "PPO clip fraction", BATCH),
+    CurveMetric("entropy", "policy entropy on loss tokens", BATCH),
 )
 
 

@@ -30,6 +30,7 @@ class Provenance:
     curve_files: list[str] = field(default_factory=list)  # under curves/, one per metric
     data_docs: list[str] = field(default_factory=list)  # index pages, relative to the report folder
     scale: str = ""  # Markdown bullets: at what scale, what it can and cannot show
+    comparisons: str = ""  # Markdown: the paper's comparisons measured at this scale
 
 
 def code_line(commit: str) -> str:
@@ -93,6 +94,8 @@ def build_markdown(results: Results, prov: Provenance) -> str:
                  + "\n\nStrict extraction; macro = unweighted mean over the datasets."),
         _section("What this scale can show", prov.scale),
     ]
+    if prov.comparisons:
+        parts.append(_section("The paper's comparisons at this scale", prov.comparisons))
     if results.present:
         parts += [
             _section(f"Per dataset avg@{k}", t.markdown(t.per_dataset_table(results, f"avg@{k}"))

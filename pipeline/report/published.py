@@ -35,3 +35,12 @@ RESCUED_BY_FLEXIBLE: dict[str, int] = {"multiagent_opd": 0}
 # Outcome-RL Searcher ablation: behaviour over 20,000 workflows (percent).
 OUTCOME_RL_BEHAVIOUR = {"no_search_share": 100.0, "subtask_and_report_share": 99.51,
                         "final_answer_share": 99.03}
+# External systems the paper compares with (SPEC section 9): macro avg@4 and pass@4 (None:
+# not given). Published-only rows of the main table: not rebuilt here.
+EXTERNAL: dict[str, tuple[float, float | None]] = {
+    "Search-R1": (33.39, None),
+    "DeSA": (36.96, None),
+    "MemSearcher": (36.81, 47.64),
+    "Dr. MAS": (35.54, None),
+    "Tree-GRPO": (37.37, None),
+}

@@ -53,6 +53,8 @@ def main_table(results: Results, profile: str) -> Table:
         else:
             ours = [NOT_EVALUATED, NOT_EVALUATED]
         rows.append([s.label, *ours, fmt(s.published_avg4), fmt(s.published_pass4)])
+    for name, (avg4, pass4) in pub.EXTERNAL.items():
+        rows.append([f"{name} (external, published only)", "-", "-", fmt(avg4), fmt(pass4)])
     return headers, rows
 
 
