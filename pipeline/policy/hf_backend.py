@@ -18,9 +18,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText, truncate_left
+from pipeline.policy.kv_cache import preallocate
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.stopping import StopStringChecker
+
+
+# A prefill sub-batch holds prompts up to this factor (plus 16 tokens) longer than its shortest:
+# more, smaller forward passes against less padding, which costs a tiny model's prefill the most.
+PREFILL_WIDTH_SLACK = 1.25
 
 
 def load_local_model(
@@ -141,7 +147,9 @@ class HFBackend(TokenizerText):
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         parts, part = [], []
         for i in order:
-            if part and (len(part) + 1) * len(prompts[i]) > self.max_batch_tokens:
+            too_many = (len(part) + 1) * len(prompts[i]) > self.max_batch_tokens
+            too_wide = part and len(prompts[i]) > PREFILL_WIDTH_SLACK * len(prompts[part[0]]) + 16
+            if part and (too_many or too_wide):
                 parts.append(part)
                 part = []
             part.append(i)
@@ -175,39 +183,42 @@ class HFBackend(TokenizerText):
             cache.update(torch.cat(keys)[index], torch.cat(values)[index], k)
         return cache, torch.cat(logits)[index], torch.cat(masks)[index], torch.cat(positions)[index]
 
+    def _decode_cache(self, cache: DynamicCache, capacity: int) -> DynamicCache:
+        """The prefilled cache in buffers the decode steps write into (pipeline.policy.kv_cache)."""
+        return preallocate(cache, capacity)
+
     def _generate_batch(
         self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
     ) -> list[Generation]:
         cache, logits, attention_mask, position = self._prefill(rows)
+        cache = self._decode_cache(cache, attention_mask.shape[1] + params.max_new_tokens)
         stop_checker = StopStringChecker(self.tokenizer, params.stop)
         tokens_of = [[] for _ in rows]
         logps_of = [[] for _ in rows]
         finish_of = ["length"] * len(rows)
-        live = torch.arange(len(rows), device=self.device)  # original row index of each batch row
+        batch_rows = list(range(len(rows)))  # the original row of each batch row
+        active = [True] * len(rows)  # a finished row stays in the batch until half the batch has finished
         for step in range(params.max_new_tokens):
             tokens, logps = sample_next_tokens(logits, params.temperature, params.top_p, generator)
-            live_rows = live.tolist()
-            for row, token, logp in zip(live_rows, tokens.tolist(), logps.tolist()):
-                tokens_of[row].append(token)
-                logps_of[row].append(logp)
-            stopped = stop_checker.hits([tokens_of[row] for row in live_rows])
-            done = [
-                stopped[i] or tokens_of[row][-1] in self.eos_ids for i, row in enumerate(live_rows)
-            ]
-            for i, row in enumerate(live_rows):
-                if done[i]:
-                    finish_of[row] = "stop"
-            if step == params.max_new_tokens - 1 or all(done):
+            live = [i for i, a in enumerate(active) if a]
+            for i, token, logp in zip(live, tokens[live].tolist(), logps[live].tolist()):
+                tokens_of[batch_rows[i]].append(token)
+                logps_of[batch_rows[i]].append(logp)
+            stopped = stop_checker.hits([tokens_of[batch_rows[i]] for i in live])
+            for i, hit in zip(live, stopped):
+                if hit or tokens_of[batch_rows[i]][-1] in self.eos_ids:
+                    active[i] = False
+                    finish_of[batch_rows[i]] = "stop"
+            if step == params.max_new_tokens - 1 or not any(active):
                 break
-            if any(done):
-                keep = torch.tensor([not d for d in done], device=self.device)
-                keep_idx = keep.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep_idx)
-                live, tokens, position, attention_mask = (
-                    live[keep_idx], tokens[keep_idx], position[keep_idx], attention_mask[keep_idx]
-                )
+            if 2 * sum(active) <= len(active):  # compact: the copy is paid once per halving
+                keep = torch.tensor([i for i, a in enumerate(active) if a], device=self.device)
+                cache.batch_select_indices(keep)
+                batch_rows = [batch_rows[i] for i in keep.tolist()]
+                active = [True] * len(batch_rows)
+                tokens, position, attention_mask = tokens[keep], position[keep], attention_mask[keep]
             position = position + 1
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(batch_rows), 1))], dim=1)
             logits = self.model(
                 input_ids=tokens[:, None],
                 attention_mask=attention_mask,
