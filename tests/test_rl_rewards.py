@@ -214,8 +214,12 @@ def test_compute_rewards_prompted_critic_and_outcome_rl_modes():
     s, t = _hierarchy_batch()
     critic = compute_rewards(s, t, "prompted_critic", REWARDS).set_index("sample_id")
     assert critic.loc["q1/t0/c1", "reward"] == pytest.approx(0.5 + 0.5 * 4 / 10)
-    assert math.isnan(critic.loc["q1/t0/c0", "kl_to_teacher"])  # no Teacher -> no KL term
-    assert critic.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6)
+    # The Prompted Critic keeps OPD's Leader objective, KL to the Stage-I Teacher included (issue 13.7)
+    kl = critic.loc["q1/t0/c0", "kl_to_teacher"]
+    assert kl == pytest.approx(_kl(s, t, "q1/t0/c0"))
+    assert critic.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * kl)
+    with pytest.raises(InputError, match="teacher_logp"):
+        compute_rewards(s, t.assign(teacher_logp=np.nan), "prompted_critic", REWARDS)
     outcome = compute_rewards(s, t, "outcome_rl_searcher", REWARDS).set_index("sample_id")
     assert outcome.loc["q1/t0/c1", "reward"] == 1.0
     assert outcome.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * (-1.0 + 1.2))
@@ -277,7 +281,8 @@ def _expected(w, field: str) -> tuple[str, str, float]:
     """(mode, sample_id, expected reward) that shows `field` of the weights `w` at work."""
     s, t = _hierarchy_batch()
     answerer_kl = _kl(s, t, "q1/t0/c9/k0")
-    leader = w.leader_em_weight * 1.0 + w.assign_weight * min(2, w.c_tool_cap) / w.c_tool_cap
+    leader = (w.leader_em_weight * 1.0 + w.assign_weight * min(2, w.c_tool_cap) / w.c_tool_cap
+              - w.kl_coef * _kl(s, t, "q1/t0/c0"))
     return {
         "searcher_em_weight": ("stage1", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
         "behaviour_weight": ("stage1", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),

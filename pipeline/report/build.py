@@ -100,11 +100,11 @@ def build_report(params: Params, root: Path) -> ReportOutput:
             figure_names.append("figures/gaps.png")
         if curves:
             dev = [m for m in CURVE_METRICS if m.key.startswith("dev_")]
-            figures.training_curves(curves, dev, tmp / "training_dynamics.png", columns=3)
-            figure_names.append("figures/training_dynamics.png")
-            figures.training_curves(curves, [m for m in CURVE_METRICS if m not in dev],
-                                    tmp / "training_diagnostics.png", columns=3)
-            figure_names.append("figures/training_diagnostics.png")
+            if figures.training_curves(curves, dev, tmp / "training_dynamics.png", columns=3):
+                figure_names.append("figures/training_dynamics.png")
+            if figures.training_curves(curves, [m for m in CURVE_METRICS if m not in dev],
+                                       tmp / "training_diagnostics.png", columns=3):
+                figure_names.append("figures/training_diagnostics.png")
 
     comparisons_md = comparisons_section(results, loaded.records, curves, ev, level)
     model = model_summary(root)

@@ -33,10 +33,13 @@ def _save(fig, path: Path) -> None:
 
 
 def training_curves(curves: Mapping[str, Curve], metrics: Sequence[CurveMetric], path: Path,
-                    columns: int = 2) -> None:
+                    columns: int = 2) -> bool:
     """One panel per metric (against the training step), one line per system; each panel's
-    title says how many questions stand behind a point. The legend sits below the panels."""
+    title says how many questions stand behind a point. The legend sits below the panels.
+    Returns False (and draws nothing) when no curve has a point of any of the metrics."""
     drawn = [m for m in metrics if any(not c.points(m.key).empty for c in curves.values())]
+    if not drawn:
+        return False
     columns = max(1, min(columns, len(drawn)))
     rows = math.ceil(len(drawn) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 3.6 * rows), squeeze=False)
@@ -58,6 +61,7 @@ def training_curves(curves: Mapping[str, Curve], metrics: Sequence[CurveMetric],
                fontsize=8, frameon=False)
     fig.tight_layout()
     _save(fig, path)
+    return True
 
 
 def macro_with_intervals(intervals: pd.DataFrame, published: Mapping[str, float], measure: str, level: int,
