@@ -286,3 +286,49 @@ def test_ablation_stage_rejects_an_unknown_item(tmp_path):
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")
     with pytest.raises(InputError, match="ablation: unknown item 'no_leader'"):
         STAGES["ablation"](params, tmp_path, "no_leader")
+
+
+def test_micro_batches_give_the_minibatch_gradient(tokenizer, tmp_path, monkeypatch):
+    """Splitting each minibatch by length (gradient accumulation) changes only the padding:
+    the weights after one update match a single pass over each minibatch; the test can fail
+    because a wrong share weighting (e.g. a plain mean over micro-batches) moves them."""
+    import copy
+
+    from pipeline.rl import trainer
+    inputs = make_inputs(tokenizer, "opd", tmp_path)
+    cfg = tiny_config("opd")
+    batch = trainer.collect_batch(cfg, inputs, 0)
+    start = copy.deepcopy(inputs.policy.model.state_dict())
+
+    def update(budget: int):
+        inputs.policy.model.load_state_dict(start)
+        monkeypatch.setattr(trainer, "MICRO_BATCH_TOKENS", budget)
+        model = inputs.policy.model
+        stats = trainer.ppo_update(model, torch.optim.SGD(model.parameters(), lr=1.0), inputs.policy, batch, cfg, 0)
+        return {k: v.clone() for k, v in model.state_dict().items()}, stats
+
+    assert batch.samples["sample_id"].nunique() > 3
+    whole, whole_stats = update(10**9)
+    split, split_stats = update(1)  # every sample its own micro-batch
+    for key in whole:
+        torch.testing.assert_close(split[key], whole[key], rtol=1e-4, atol=1e-6)
+    assert split_stats["pg_loss"] == pytest.approx(whole_stats["pg_loss"], rel=1e-4, abs=1e-7)
+
+    orig = trainer.policy_loss  # a loss scaled differently per micro-batch must not give the same weights
+    monkeypatch.setattr(trainer, "policy_loss",
+                        lambda new, *a, **k: (lambda loss, m: (loss * new.shape[1], m))(*orig(new, *a, **k)))
+    broken, _ = update(1)
+    assert any(not torch.allclose(broken[k], whole[k], rtol=1e-4, atol=1e-6) for k in whole)
+
+
+def test_length_buckets_respect_the_budget_and_cover_every_sample():
+    from pipeline.rl.loss import length_buckets
+
+    prompts, responses = [100, 20, 300, 40, 90, 10], [10, 5, 30, 5, 10, 2]
+    buckets = length_buckets(prompts, responses, 400)
+    assert sorted(i for b in buckets for i in b) == list(range(6))
+    for b in buckets:
+        if len(b) > 1:
+            assert len(b) * (max(prompts[i] for i in b) + max(responses[i] for i in b)) <= 400
+    assert buckets[0] == [2]  # 330 tokens: alone
+    assert length_buckets(prompts, responses, 10**6) == [[2, 0, 4, 3, 1, 5]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -76,3 +77,27 @@ def minibatches(n_samples: int, n_minibatches: int, seed: int) -> list[np.ndarra
         raise InputError(f"n_samples: expected at least n_minibatches={n_minibatches} samples, got {n_samples}")
     order = np.random.default_rng(seed).permutation(n_samples)
     return [part for part in np.array_split(order, n_minibatches)]
+
+
+def length_buckets(prompt_lengths: Sequence[int], response_lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Split one minibatch into micro-batches of similar length for gradient accumulation.
+
+    Samples are sorted longest first and packed while the padded block (rows x (widest prompt +
+    widest response)) stays within `token_budget`; a sample longer than the budget gets a
+    micro-batch of its own. Only the padding changes: `policy_loss` weighted by each
+    micro-batch's share of the loss tokens sums to the minibatch's token mean (verl's micro-batch
+    loop does the same)."""
+    if len(prompt_lengths) != len(response_lengths):
+        raise InputError(f"response_lengths: expected {len(prompt_lengths)} lengths, got {len(response_lengths)}")
+    order = sorted(range(len(prompt_lengths)), key=lambda i: (-(prompt_lengths[i] + response_lengths[i]), i))
+    buckets: list[list[int]] = []
+    width_p = width_r = 0
+    for i in order:
+        wp, wr = max(width_p, prompt_lengths[i]), max(width_r, response_lengths[i])
+        if buckets and (len(buckets[-1]) + 1) * (wp + wr) <= token_budget:
+            buckets[-1].append(i)
+            width_p, width_r = wp, wr
+        else:
+            buckets.append([i])
+            width_p, width_r = prompt_lengths[i], response_lengths[i]
+    return buckets

@@ -60,11 +60,15 @@ from pipeline.rl.batch import pad_column
 from pipeline.rl.checkpoint import load_latest, save_checkpoint
 from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_contexts, searcher_kl
 from pipeline.rl.judge import judge_searchers
-from pipeline.rl.loss import minibatches, policy_loss
+from pipeline.rl.loss import length_buckets, minibatches, policy_loss
 from pipeline.rl.modes import TrainingMode, get_mode
 from pipeline.rl.rewards import compute_rewards
 from pipeline.rl.teacher_scoring import sample_token_ids, score_with_teacher
 from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig
+
+# Padded tokens per forward/backward pass in the PPO update. Only memory and speed depend on it:
+# micro-batches accumulate to the minibatch's exact token-mean gradient.
+MICRO_BATCH_TOKENS = 8192
 
 LogFn = Callable[[int, dict], None]
 CheckpointFn = Callable[[int], None]
@@ -179,33 +183,44 @@ def ppo_update(
     model.train()
     for part in parts:
         ids = sample_ids[part]
-        tok = tokens[tokens["sample_id"].isin(set(ids))]
         responses = [response_of[s] for s in ids]
         prompts = [truncate_left(prompt_of[s], policy.max_context - len(r)) for s, r in zip(ids, responses)]
-        packed = pack_prompt_response(prompts, responses, policy.pad_id, policy.device)
-        new_logp, entropy = response_logprobs(
-            model, packed.input_ids, packed.attention_mask, packed.response_length,
-            temperature=temperature, position_ids=packed.position_ids, compute_entropy=True,
-        )
-        dev = dict(dtype=new_logp.dtype)
-        old = pad_column(tok, ids, "old_logp", **dev).to(policy.device)
-        adv = pad_column(tok, ids, "advantage", **dev).to(policy.device)
-        mask = pad_column(tok, ids, "loss_mask", **dev).to(policy.device)
-        if old.shape != new_logp.shape:
-            raise RuntimeError(f"padded tables {tuple(old.shape)} != packed responses {tuple(new_logp.shape)}")
-        loss, m = policy_loss(
-            new_logp, old, adv, mask, entropy, clip_ratio=cfg.optim.clip_ratio, clip_ratio_c=cfg.optim.clip_ratio_c,
-            entropy_coef=cfg.entropy_coef,
-        )
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"PPO loss is {loss.item()} at minibatch of {len(ids)} samples")
+        tok = tokens[tokens["sample_id"].isin(set(ids))]
+        loss_tokens = float(tok["loss_mask"].sum())
+        sums = {"pg_loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0}
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        for micro in length_buckets([len(p) for p in prompts], [len(r) for r in responses], MICRO_BATCH_TOKENS):
+            micro_ids = ids[micro]
+            packed = pack_prompt_response([prompts[i] for i in micro], [responses[i] for i in micro],
+                                          policy.pad_id, policy.device)
+            new_logp, entropy = response_logprobs(
+                model, packed.input_ids, packed.attention_mask, packed.response_length,
+                temperature=temperature, position_ids=packed.position_ids, compute_entropy=True,
+            )
+            dev = dict(dtype=new_logp.dtype)
+            micro_tok = tok[tok["sample_id"].isin(set(micro_ids))]
+            old = pad_column(micro_tok, micro_ids, "old_logp", **dev).to(policy.device)
+            adv = pad_column(micro_tok, micro_ids, "advantage", **dev).to(policy.device)
+            mask = pad_column(micro_tok, micro_ids, "loss_mask", **dev).to(policy.device)
+            if old.shape != new_logp.shape:
+                raise RuntimeError(f"padded tables {tuple(old.shape)} != packed responses {tuple(new_logp.shape)}")
+            if mask.sum() == 0:
+                continue
+            loss, m = policy_loss(
+                new_logp, old, adv, mask, entropy, clip_ratio=cfg.optim.clip_ratio,
+                clip_ratio_c=cfg.optim.clip_ratio_c, entropy_coef=cfg.entropy_coef,
+            )
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"PPO loss is {loss.item()} at a micro-batch of {len(micro_ids)} samples")
+            share = float(mask.sum()) / loss_tokens  # token-mean over the minibatch = share-weighted sum
+            (loss * share).backward()
+            for key, value in (("pg_loss", m["pg_loss"]), ("clip_fraction", m["pg_clipfrac"]),
+                               ("entropy", m["entropy"])):
+                sums[key] += share * float(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         optimizer.step()
-        for key, value in (("pg_loss", m["pg_loss"]), ("clip_fraction", m["pg_clipfrac"]),
-                           ("entropy", m["entropy"]), ("grad_norm", float(grad_norm))):
-            stats[key].append(float(value))
+        for key, value in (*sums.items(), ("grad_norm", float(grad_norm))):
+            stats[key].append(value)
     return {key: float(np.mean(values)) for key, values in stats.items()}
 
 
