@@ -332,3 +332,14 @@ def test_length_buckets_respect_the_budget_and_cover_every_sample():
             assert len(b) * (max(prompts[i] for i in b) + max(responses[i] for i in b)) <= 400
     assert buckets[0] == [2]  # 330 tokens: alone
     assert length_buckets(prompts, responses, 10**6) == [[2, 0, 4, 3, 1, 5]]
+
+
+def test_dev_sample_mixes_the_datasets_and_is_fixed():
+    from pipeline.rl.trainer import dev_sample
+
+    dev = pd.DataFrame({"dataset": ["hotpotqa"] * 128 + ["nq"] * 128, "id": [f"d{i}" for i in range(256)]})
+    picked = dev_sample(dev, 64, seed=5)
+    assert len(picked) == 64 and picked["id"].is_unique
+    assert set(picked["dataset"]) == {"hotpotqa", "nq"}  # the first 64 rows would be hotpotqa only
+    assert picked["id"].tolist() == dev_sample(dev, 64, seed=5)["id"].tolist()
+    assert dev_sample(dev, 300, seed=5) is dev

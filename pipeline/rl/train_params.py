@@ -33,7 +33,7 @@ class TrainConfig:
     audit_every: int
     judge_max_new_tokens: int
     rollout: WorkflowConfig  # training rollouts: n_candidates = common.protocol.train_candidates
-    dev_rollout: WorkflowConfig  # dev evaluation: the same sampling with 1 Answerer candidate
+    dev_rollout: WorkflowConfig  # dev evaluation: the test evaluation's sampling (<profile>.eval.rollout), 1 candidate
     optim: OptimParams  # common.optim
     rewards: RewardParams  # common.rewards
     reference_seed: int  # the fixed dev Searcher contexts of the KL diagnostic (<profile>.eval.seed)
@@ -66,7 +66,7 @@ def train_config(params: Params, key: str) -> TrainConfig:
         audit_every=shared.audit_every,
         judge_max_new_tokens=shared.judge_max_new_tokens,
         rollout=workflow_config(params, shared.rollout, common.protocol.train_candidates),
-        dev_rollout=workflow_config(params, shared.rollout, common.protocol.eval_candidates),
+        dev_rollout=workflow_config(params, params.eval.rollout, common.protocol.eval_candidates),
         optim=common.optim,
         rewards=common.rewards,
         reference_seed=params.eval.seed,

@@ -246,12 +246,21 @@ def batch_metrics(batch: Batch, mode: TrainingMode) -> dict[str, float]:
     return out
 
 
+def dev_sample(dev: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """The same `n` dev questions at every evaluation of every system: a seeded draw, in dev's
+    order, so that every training dataset is in it (the dev split is stored dataset by dataset)."""
+    if n >= len(dev):
+        return dev
+    keep = np.sort(np.random.default_rng(seed).choice(len(dev), size=n, replace=False))
+    return dev.iloc[keep]
+
+
 def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | None = None) -> dict[str, float]:
     """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow;
     one trajectory and one Answerer candidate per question, the same seed at every evaluation.
     With fixed Searcher `contexts` and a reference Teacher: dev_searcher_kl, the token-mean
     KL(policy || reference) on them."""
-    questions = inputs.dev_questions.iloc[: cfg.dev_questions]
+    questions = dev_sample(inputs.dev_questions, cfg.dev_questions, cfg.reference_seed)
     rollout = run_workflow(
         get_mode(cfg.mode).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
         n_traj=1, seed=_seed(cfg.seed, 3),
@@ -273,7 +282,8 @@ def reference_contexts(cfg: TrainConfig, inputs: TrainInputs) -> Contexts | None
     calls in the hierarchy on the dev questions, at dev sampling with `reference_seed`."""
     if inputs.reference is None:
         return None
-    rollout = run_workflow("hierarchy", inputs.dev_questions.iloc[: cfg.dev_questions], inputs.reference,
+    rollout = run_workflow("hierarchy", dev_sample(inputs.dev_questions, cfg.dev_questions, cfg.reference_seed),
+                           inputs.reference,
                            inputs.retriever, cfg.dev_rollout, n_traj=1, seed=cfg.reference_seed)
     return searcher_contexts(rollout)
 
