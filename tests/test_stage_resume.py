@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -24,6 +25,7 @@ from safetensors.torch import load_file
 
 from pipeline.config import load_params
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
+from pipeline.report.curves import CURVE_METRICS
 from pipeline.report.mlflow_runs import read_mlflow
 from pipeline.stages import STAGES
 from tests.conftest import REPO_ROOT
@@ -103,7 +105,7 @@ def _history(root: Path, run) -> dict[str, list[tuple[int, float]]]:
 def _report_curves(root: Path) -> dict:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        return read_mlflow("ci", root)[0]
+        return read_mlflow("ci", CURVE_METRICS, root)[0]
 
 
 def _weights(root: Path, weights: str = "teacher") -> dict[str, torch.Tensor]:
@@ -171,8 +173,8 @@ def test_an_interrupted_training_stage_continues_its_run(tmp_path, monkeypatch, 
         else:
             assert got[key] == expected[key], key
     assert [s for s, _ in got["pg_loss"]] == list(range(steps))
-    assert _report_curves(killed)["multiagent_opd"].to_dict("list") == \
-        _report_curves(clean)["multiagent_opd"].to_dict("list")
+    pd.testing.assert_frame_equal(_report_curves(killed)["multiagent_opd"].frame,
+                                  _report_curves(clean)["multiagent_opd"].frame)
     reference, resumed = _weights(clean, "team"), _weights(killed, "team")
     assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
 
@@ -222,5 +224,5 @@ def test_sigkilled_training_stage_resumes_with_its_whole_history(prepared):
 
     clean_curves, curves = _report_curves(clean), _report_curves(killed)
     system = run.data.tags["system"]
-    assert curves[system].to_dict("list") == clean_curves[system].to_dict("list")
-    assert curves[system]["step"].tolist() == [0, STEPS]
+    pd.testing.assert_frame_equal(curves[system].frame, clean_curves[system].frame)
+    assert curves[system].points("dev_em")["step"].tolist() == [0, STEPS]

@@ -136,8 +136,10 @@ def test_launch_builds_the_main_ppo_command(paper, tmp_path, key):
 def test_launch_refuses_missing_services_and_other_profiles(paper, repo_root, tmp_path):
     with pytest.raises(InputError, match="teacher_url"):
         build_launch(paper, tmp_path, "team", retriever_url="http://r")
-    with pytest.raises(InputError, match="judge_url"):
+    with pytest.raises(InputError, match="teacher_url"):  # the Prompted Critic keeps OPD's KL-to-Teacher term
         build_launch(paper, tmp_path, "prompted_critic", retriever_url="http://r")
+    with pytest.raises(InputError, match="judge_url"):
+        build_launch(paper, tmp_path, "prompted_critic", retriever_url="http://r", teacher_url="http://t")
     build_launch(paper, tmp_path, "teacher", retriever_url="http://r")  # Stage I has no Teacher yet
     tiny = load_params(repo_root / "params.yaml", profile="tiny")
     with pytest.raises(InputError, match="disagrees with params.yaml"):
