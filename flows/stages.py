@@ -67,12 +67,33 @@ def ensure_gpu_limit(slots: int) -> bool:
     return asyncio.run(_ensure_limit(GPU_LIMIT, slots))
 
 
+STATE_RECORD_WAIT = 10.0  # seconds a shown state waits for the server to record the task run
+
+
 def _set_state(state: Any) -> None:
+    """Show `state` on the current task run. Prefect records a task run from its engine's
+    events, asynchronously, so right after a task starts the server may not know it yet
+    (404): retry until it does. The state is only shown, so after STATE_RECORD_WAIT the stage
+    goes on without it rather than failing."""
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+
     context = TaskRunContext.get()
     if context is None:  # called outside a task run (tests): nothing to show
         return
+    deadline = time.monotonic() + STATE_RECORD_WAIT
     with get_client(sync_client=True) as client:
-        client.set_task_run_state(context.task_run.id, state, force=True)
+        while True:
+            try:
+                client.set_task_run_state(context.task_run.id, state, force=True)
+                return
+            except (ObjectNotFound, PrefectHTTPStatusError) as e:
+                if not (isinstance(e, ObjectNotFound) or e.response.status_code == 404):
+                    raise
+                if time.monotonic() > deadline:
+                    get_run_logger().warning(f"could not show state {state.name!r}: the server has not "
+                                             f"recorded task run {context.task_run.id}")
+                    return
+                time.sleep(0.2)
 
 
 def _slots_free(name: str) -> bool:

@@ -126,6 +126,57 @@ def test_a_stage_waiting_for_the_gpu_slot_is_shown_waiting(prefect_server):
     assert histories[waited[0]][-3:] == [WAITING, "Running", "Completed"]
 
 
+def _fake_state_client(monkeypatch, failures: int):
+    """flows.stages' Prefect client, as seen from inside a task run whose record reaches the
+    server only after `failures` calls (each a 404, as Prefect answers for a run it has not
+    recorded yet)."""
+    import types
+
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    from flows import stages
+
+    calls, warnings = [], []
+
+    class Client:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def set_task_run_state(self, task_run_id, state, force):
+            calls.append(state.name)
+            if len(calls) <= failures:
+                request = httpx.Request("POST", f"http://server/api/task_runs/{task_run_id}/set_state")
+                raise PrefectHTTPStatusError("404", request=request, response=httpx.Response(404, request=request))
+
+    context = types.SimpleNamespace(task_run=types.SimpleNamespace(id="run-1"))
+    monkeypatch.setattr(stages.TaskRunContext, "get", classmethod(lambda cls: context))
+    monkeypatch.setattr(stages, "get_client", lambda sync_client: Client())
+    monkeypatch.setattr(stages, "get_run_logger", lambda: types.SimpleNamespace(warning=warnings.append))
+    monkeypatch.setattr(stages.time, "sleep", lambda s: None)
+    return stages, calls, warnings
+
+
+def test_a_shown_state_waits_for_the_server_to_record_the_task_run(monkeypatch):
+    from prefect.states import Pending
+
+    stages, calls, warnings = _fake_state_client(monkeypatch, failures=3)
+    stages._set_state(Pending(name=WAITING))
+    assert calls == [WAITING] * 4 and warnings == []
+
+
+def test_a_state_the_server_never_takes_is_skipped_with_a_warning(monkeypatch):
+    from prefect.states import Pending
+
+    stages, calls, warnings = _fake_state_client(monkeypatch, failures=10**9)
+    monkeypatch.setattr(stages, "STATE_RECORD_WAIT", 0.0)
+    stages._set_state(Pending(name=WAITING))  # must not raise: the state is only shown
+    assert len(calls) >= 1 and len(warnings) == 1 and "run-1" in warnings[0]
+
+
 def test_deploying_creates_the_pools_the_gpu_limit_and_the_deployments(prefect_server):
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
