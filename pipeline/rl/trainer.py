@@ -257,13 +257,15 @@ def dev_sample(dev: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
 
 def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | None = None) -> dict[str, float]:
     """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow;
-    one trajectory and one Answerer candidate per question, the same seed at every evaluation.
+    one trajectory and one Answerer candidate per question, the same sampling seed at every
+    evaluation of every system (`reference_seed`), so systems that start from the same weights
+    start from the same dev EM.
     With fixed Searcher `contexts` and a reference Teacher: dev_searcher_kl, the token-mean
     KL(policy || reference) on them."""
     questions = dev_sample(inputs.dev_questions, cfg.dev_questions, cfg.reference_seed)
     rollout = run_workflow(
         get_mode(cfg.mode).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
-        n_traj=1, seed=_seed(cfg.seed, 3),
+        n_traj=1, seed=cfg.reference_seed,
     )
     records = score_rollout(rollout)
     return {
