@@ -343,3 +343,19 @@ def test_dev_sample_mixes_the_datasets_and_is_fixed():
     assert set(picked["dataset"]) == {"hotpotqa", "nq"}  # the first 64 rows would be hotpotqa only
     assert picked["id"].tolist() == dev_sample(dev, 64, seed=5)["id"].tolist()
     assert dev_sample(dev, 300, seed=5) is dev
+
+
+def test_dev_evaluation_samples_with_one_seed_for_every_system(monkeypatch):
+    """Systems that start from the same weights must start from the same dev EM: the dev rollout's
+    sampling seed is the shared reference seed, not the system's training seed."""
+    import pipeline.rl.trainer as trainer
+
+    seeds: list[int] = []
+    monkeypatch.setattr(trainer, "run_workflow", lambda *args, seed, **kw: seeds.append(seed) or "rollout")
+    monkeypatch.setattr(trainer, "score_rollout", lambda rollout: pd.DataFrame(
+        {"strict_correct": [1.0, 0.0], "search_actions": [1, 0], "format_failure": [0.0, 0.0]}))
+    inputs = TrainInputs(policy=None, retriever=None, train_questions=questions(2), dev_questions=questions(2, "d"))
+    for system_seed in (7, 108, 613):
+        out = trainer.dev_evaluate(tiny_config("opd", seed=system_seed), inputs)
+        assert out["dev_em"] == 0.5 and out["dev_no_search_share"] == 0.5
+    assert seeds == [11, 11, 11]
