@@ -66,8 +66,7 @@ def test_vectors_agree_with_the_c_engine(torch_e5, c_e5):
     passages = ["The Tavo river rises in the northern hills.", " ".join(f"word{i} and more" for i in range(400))]
     got, want = torch_e5.encode_passages(passages), c_e5.encode_passages(passages)
     assert (got * want).sum(axis=1).min() > AGREE
-    # the check can fail: a query vector is not its passage vector, nor a doubled prefix
-    assert float(torch_e5.encode_queries(["query: " + queries[0]])[0] @ want[0]) < 1.0
+    # the check can fail: a doubled prefix (other tokens) falls below the agreement bound
     doubled = c_e5._model.query(["query: " + queries[0]])[0]
     assert float(torch_e5.encode_queries([queries[0]])[0] @ doubled) < AGREE
 
