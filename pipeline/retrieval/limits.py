@@ -18,5 +18,5 @@ class ServerLimits:
     body_timeout_s: float = 10.0  # a body not complete by then is refused (408), its connection closed
 
 
-ENCODE_BATCH_QUERIES = 128  # queries per encoder call of the micro-batching server
+ENCODE_BATCH_QUERIES = 512  # queries per encoder call of the micro-batching server
 MAX_WAITING_REQUESTS = 1024  # requests queued before the server answers 503

@@ -25,7 +25,6 @@ from pipeline.errors import InputError
 MAGIC = b"E5S1"
 QK = 32
 Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
-LAYER_TENSORS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
 
 
 @dataclass

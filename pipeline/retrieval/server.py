@@ -58,6 +58,12 @@ def format_results(results: list[list[Passage]], return_scores: bool) -> dict[st
     return {"result": [[document(p) for p in hits] for hits in results]}
 
 
+def results_response(results: list[list[Passage]], return_scores: bool) -> JSONResponse:
+    """The rendered answer. Built off the event loop (see `retrieve`): a finished encoder batch
+    answers dozens of requests at once, and rendering them on the loop kept /health waiting."""
+    return JSONResponse(format_results(results, return_scores))
+
+
 def _error(status: int, message: str, detail: Any = None) -> JSONResponse:
     body: dict[str, Any] = {"error": message}
     if detail is not None:
@@ -214,7 +220,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, batchin
             except QueueFull as err:
                 return JSONResponse(status_code=503, content={"error": f"busy: {err}; retry later"},
                                     headers={"Retry-After": "1"})
-        return format_results(results, return_scores)
+        return await run_in_threadpool(results_response, results, return_scores)
 
     return app
 

@@ -31,7 +31,7 @@ class UnigramTokenizer:
                 self._ids.setdefault(piece, index)
         self._max_chars = max(len(p) for p in self._ids)  # no longer span can be a piece
         self._unk_score = float(np.float32(min(vocab.scores) - UNK_PENALTY))
-        self._table = {cp: out for cp, out in vocab.normalise.items()}
+        self._table = vocab.normalise  # str.translate table: codepoint -> replacement
 
     def normalise(self, text: str) -> str:
         text = _SPACES.sub(" ", text.translate(self._table))
