@@ -240,9 +240,16 @@ def warn_if_exposed(host: str) -> None:
               f"anyone who can reach this address can query it", file=sys.stderr, flush=True)
 
 
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
 def run_app(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
     """Serve `app` with uvicorn (blocks until stopped); warns when not bound to loopback."""
     import uvicorn
 
     warn_if_exposed(host)
+    # The encoder worker and the answer-rendering threads hold the GIL in Python's 5 ms slices;
+    # every step of a /health answer (accept, read, reply) waits for one. 1 ms slices keep
+    # /health quick while a batch is tokenised and answered.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5)
