@@ -104,12 +104,12 @@ def start_server(index_dir: Path, batching: bool) -> tuple[subprocess.Popen, str
     raise RuntimeError("server did not start within 120 s")
 
 
-def probe_health(url: str, stop, ready, out) -> None:
-    """GET /health every HEALTH_EVERY s until `stop` is set, then send the latencies on `out`.
-    Runs in a process of its own (see the module docstring)."""
-    health: list[float] = []
+def probe_health(url: str, stop, health: list[float], ready=None) -> list[float]:
+    """GET /health every HEALTH_EVERY s until `stop` is set; each answer's seconds (a failure
+    counts as HEALTH_TIMEOUT) are appended to `health`."""
     with httpx.Client(timeout=HEALTH_TIMEOUT) as client:
-        ready.set()
+        if ready is not None:
+            ready.set()
         while not stop.is_set():
             t0 = time.perf_counter()
             try:
@@ -118,7 +118,12 @@ def probe_health(url: str, stop, ready, out) -> None:
             except httpx.HTTPError:
                 health.append(HEALTH_TIMEOUT)
             stop.wait(HEALTH_EVERY)
-    out.send(health)
+    return health
+
+
+def probe_health_in_process(url: str, stop, ready, out) -> None:
+    """probe_health in a process of its own (see the module docstring); the latencies go to `out`."""
+    out.send(probe_health(url, stop, [], ready))
 
 
 def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_s: float, batching: bool) -> dict:
@@ -133,17 +138,6 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
         stop = threading.Event()
         lock = threading.Lock()
         started = time.perf_counter()
-
-        def probe() -> None:
-            with httpx.Client(timeout=HEALTH_TIMEOUT) as client:
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    try:
-                        client.get(f"{url}/health").raise_for_status()
-                        health.append(time.perf_counter() - t0)
-                    except httpx.HTTPError:
-                        health.append(HEALTH_TIMEOUT)
-                    stop.wait(HEALTH_EVERY)
 
         def client(share: list[list[str]]) -> int:
             sent = 0
@@ -167,12 +161,13 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
         spawn = multiprocessing.get_context("spawn")
         own_stop, own_ready = spawn.Event(), spawn.Event()
         receive, send = spawn.Pipe(duplex=False)
-        own_prober = spawn.Process(target=probe_health, args=(url, own_stop, own_ready, send), daemon=True)
+        own_prober = spawn.Process(target=probe_health_in_process, args=(url, own_stop, own_ready, send),
+                                   daemon=True)
         own_prober.start()
         own_ready.wait(60)
         started = time.perf_counter()
         cpu_before = cpu_seconds(proc.pid)
-        prober = threading.Thread(target=probe, daemon=True)
+        prober = threading.Thread(target=probe_health, args=(url, stop, health), daemon=True)
         prober.start()
         with ThreadPoolExecutor(clients) as pool:
             sent = sum(pool.map(client, [requests[i::clients] for i in range(clients)]))
