@@ -135,9 +135,9 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
         answered = [0]  # queries answered
         errors: list[str] = []
         health: list[float] = []
-        stop = threading.Event()
+        spawn = multiprocessing.get_context("spawn")
+        stop = spawn.Event()  # ends both probers
         lock = threading.Lock()
-        started = time.perf_counter()
 
         def client(share: list[list[str]]) -> int:
             sent = 0
@@ -158,10 +158,9 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
                             errors.append(str(err)[:120])
             return sent
 
-        spawn = multiprocessing.get_context("spawn")
-        own_stop, own_ready = spawn.Event(), spawn.Event()
+        own_ready = spawn.Event()
         receive, send = spawn.Pipe(duplex=False)
-        own_prober = spawn.Process(target=probe_health_in_process, args=(url, own_stop, own_ready, send),
+        own_prober = spawn.Process(target=probe_health_in_process, args=(url, stop, own_ready, send),
                                    daemon=True)
         own_prober.start()
         own_ready.wait(60)
@@ -173,7 +172,6 @@ def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_
             sent = sum(pool.map(client, [requests[i::clients] for i in range(clients)]))
         elapsed = time.perf_counter() - started
         stop.set()
-        own_stop.set()
         prober.join()
         own_health = receive.recv()
         own_prober.join()
