@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText, truncate_left
-from pipeline.policy.kv_cache import preallocate
+from pipeline.policy.kv_cache import PreallocatedLayer
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.stopping import StopStringChecker
@@ -133,17 +133,25 @@ class HFBackend(TokenizerText):
                 flat.extend(self._generate_batch(rows[start : start + self.max_batch_size], params, generator))
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """KV cache, last-token logits, attention mask and last position of every row.
+    def _prefill(
+        self, rows: list[list[int]], max_new_tokens: int
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A decode-ready KV cache with room for `max_new_tokens` (pipeline.policy.kv_cache), and
+        the last-token logits, attention mask and last position of every row.
 
         Each distinct prompt is prefilled once (an Answerer's candidates and the runs of one
-        question repeat prompts) and copied to its rows. Distinct prompts are prefilled in
-        sub-batches of similar length (at most `max_batch_tokens` padded tokens each), whose caches
-        are then left-padded to one width: padding then costs only the decode's attention, not
-        the prefill's linear layers, which dominate a tiny model's rollout on CPU."""
+        question repeat prompts). Distinct prompts are prefilled in sub-batches of similar length
+        (at most `max_batch_tokens` padded tokens each), and each sub-batch's keys and values are
+        written, left-padded to the widest prompt, straight into its rows of the decode buffers:
+        padding then costs only the decode's attention, not the prefill's linear layers (which
+        dominate a tiny model's rollout on CPU), and the cache of all rows is held once rather
+        than padded, concatenated, gathered and copied again (2x the cache at the peak)."""
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]
         prompts = list(distinct)
+        rows_of: list[list[int]] = [[] for _ in prompts]
+        for row, i in enumerate(row_prompt):
+            rows_of[i].append(row)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         parts, part = [], []
         for i in order:
@@ -155,43 +163,42 @@ class HFBackend(TokenizerText):
             part.append(i)
         parts.append(part)
         width = max(len(p) for p in prompts)
-        layers: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
-        logits, masks, positions, prompt_ids = [], [], [], []
+        buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        logits = masks = positions = None
         for part in parts:
             batch = pack_prompt_response([prompts[i] for i in part], [[] for _ in part], self.pad_id, self.device)
             w = batch.input_ids.shape[1] - batch.response_length
             cache = DynamicCache(config=self.model.config)
-            logits.append(self.model(
+            part_logits = self.model(
                 input_ids=batch.input_ids[:, :w], attention_mask=batch.attention_mask[:, :w],
                 position_ids=batch.position_ids[:, :w], past_key_values=cache, use_cache=True, logits_to_keep=1,
-            ).logits[:, -1])
+            ).logits[:, -1]
+            source = torch.tensor([j for j, i in enumerate(part) for _ in rows_of[i]], device=self.device)
+            target = torch.tensor([row for i in part for row in rows_of[i]], device=self.device)
             left = width - w
-            masks.append(torch.nn.functional.pad(batch.attention_mask[:, :w], (left, 0)))
-            positions.append(batch.position_ids[:, w - 1])
+            if logits is None:
+                logits = part_logits.new_empty((len(rows), part_logits.shape[-1]))
+                masks = batch.attention_mask.new_zeros((len(rows), width))
+                positions = batch.position_ids.new_empty((len(rows),))
+            logits[target] = part_logits[source]
+            masks[target, left:] = batch.attention_mask[source, :w]
+            positions[target] = batch.position_ids[source, w - 1]
             for k, layer in enumerate(cache.layers):
-                if len(layers) <= k:
-                    layers.append(([], []))
-                layers[k][0].append(torch.nn.functional.pad(layer.keys, (0, 0, left, 0)))
-                layers[k][1].append(torch.nn.functional.pad(layer.values, (0, 0, left, 0)))
-            prompt_ids += part
-        # rows -> their prompt's place in the prefilled order
-        place = torch.empty(len(prompts), dtype=torch.long)
-        place[torch.tensor(prompt_ids)] = torch.arange(len(prompt_ids))
-        index = place[torch.tensor(row_prompt)].to(self.device)
+                if len(buffers) <= k:
+                    _, heads, _, dim = layer.keys.shape
+                    shape = (len(rows), heads, width + max_new_tokens, dim)
+                    buffers.append((layer.keys.new_empty(shape), layer.values.new_empty(shape)))
+                for buffer, filled in zip(buffers[k], (layer.keys, layer.values)):
+                    buffer[target, :, :left] = 0  # masked, but garbage there could be NaN
+                    buffer[target, :, left:width] = filled[source]
         cache = DynamicCache(config=self.model.config)
-        for k, (keys, values) in enumerate(layers):
-            cache.update(torch.cat(keys)[index], torch.cat(values)[index], k)
-        return cache, torch.cat(logits)[index], torch.cat(masks)[index], torch.cat(positions)[index]
-
-    def _decode_cache(self, cache: DynamicCache, capacity: int) -> DynamicCache:
-        """The prefilled cache in buffers the decode steps write into (pipeline.policy.kv_cache)."""
-        return preallocate(cache, capacity)
+        cache.layers = [PreallocatedLayer(keys, values, width) for keys, values in buffers]
+        return cache, logits, masks, positions
 
     def _generate_batch(
         self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
     ) -> list[Generation]:
-        cache, logits, attention_mask, position = self._prefill(rows)
-        cache = self._decode_cache(cache, attention_mask.shape[1] + params.max_new_tokens)
+        cache, logits, attention_mask, position = self._prefill(rows, params.max_new_tokens)
         stop_checker = StopStringChecker(self.tokenizer, params.stop)
         tokens_of = [[] for _ in rows]
         logps_of = [[] for _ in rows]

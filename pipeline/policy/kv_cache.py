@@ -14,21 +14,28 @@ from transformers.cache_utils import DynamicLayer
 
 
 class PreallocatedLayer(DynamicLayer):
-    """One layer's cache in (batch, heads, capacity, head_dim) buffers; `keys`/`values` are views
-    of the filled part, as DynamicLayer's tensors are."""
+    """One layer's cache in (batch, heads, capacity, head_dim) buffers whose first `length`
+    positions are filled; `keys`/`values` are views of the filled part, as DynamicLayer's tensors are."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
         super().__init__()
+        if keys.shape != values.shape or length > keys.shape[2]:
+            raise ValueError(f"buffers {tuple(keys.shape)}, {tuple(values.shape)} cannot hold {length} positions")
+        self._keys, self._values, self.length = keys, values, length
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._views()
+
+    @classmethod
+    def copy_of(cls, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> "PreallocatedLayer":
+        """A layer holding a copy of filled `keys`/`values`, with room up to `capacity` positions."""
         batch, heads, length, dim = keys.shape
         if capacity < length:
             raise ValueError(f"capacity {capacity} < the {length} positions already cached")
-        self._keys = keys.new_empty((batch, heads, capacity, dim))
-        self._values = values.new_empty((batch, heads, capacity, dim))
-        self._keys[:, :, :length] = keys
-        self._values[:, :, :length] = values
-        self.length = length
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-        self._views()
+        key_buffer = keys.new_empty((batch, heads, capacity, dim))
+        value_buffer = values.new_empty((batch, heads, capacity, dim))
+        key_buffer[:, :, :length] = keys
+        value_buffer[:, :, :length] = values
+        return cls(key_buffer, value_buffer, length)
 
     def _views(self) -> None:
         self.keys = self._keys[:, :, : self.length]
@@ -48,12 +55,22 @@ class PreallocatedLayer(DynamicLayer):
         return self.length
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._keys, self._values = self._keys[indices], self._values[indices]
+        """Keep the rows `indices`, in place when they ascend (as a generation's finished rows
+        leave): each kept row moves up in the same buffers, so dropping rows allocates nothing."""
+        keep = indices.tolist()
+        if any(b <= a for a, b in zip(keep, keep[1:])):
+            self._keys, self._values = self._keys[indices], self._values[indices]
+        else:
+            for row, source in enumerate(keep):  # source >= row, and no later row reads a row written here
+                if source != row:
+                    self._keys[row] = self._keys[source]
+                    self._values[row] = self._values[source]
+            self._keys, self._values = self._keys[: len(keep)], self._values[: len(keep)]
         self._views()
 
 
 def preallocate(cache: DynamicCache, capacity: int) -> DynamicCache:
     """Swap every filled layer of `cache` for a PreallocatedLayer holding up to `capacity` positions."""
-    cache.layers = [PreallocatedLayer(layer.keys, layer.values, capacity) if layer.is_initialized else layer
+    cache.layers = [PreallocatedLayer.copy_of(layer.keys, layer.values, capacity) if layer.is_initialized else layer
                     for layer in cache.layers]
     return cache
