@@ -32,7 +32,7 @@ from pipeline.basemodel.tiny_model import build_tiny_qwen3, count_parameters
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.kv_cache import preallocate
+from pipeline.policy.kv_cache import PreallocatedLayer
 from pipeline.policy.logprobs import pack_prompt_response
 
 N_PROMPTS = 64
@@ -76,7 +76,9 @@ class PaddedPrefill(Previous):
 
     def _prefill(self, rows, max_new_tokens):
         cache, logits, mask, position = self._padded_prefill(rows)
-        return preallocate(cache, mask.shape[1] + max_new_tokens), logits, mask, position
+        cache.layers = [PreallocatedLayer.copy_of(layer.keys, layer.values, mask.shape[1] + max_new_tokens)
+                        for layer in cache.layers]
+        return cache, logits, mask, position
 
 
 def rss_mib() -> tuple[float, float]:

@@ -9,7 +9,6 @@ tokens of context; 36 ms in place, benchmarks/bench_generation.py).
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
@@ -68,9 +67,3 @@ class PreallocatedLayer(DynamicLayer):
             self._keys, self._values = self._keys[: len(keep)], self._values[: len(keep)]
         self._views()
 
-
-def preallocate(cache: DynamicCache, capacity: int) -> DynamicCache:
-    """Swap every filled layer of `cache` for a PreallocatedLayer holding up to `capacity` positions."""
-    cache.layers = [PreallocatedLayer.copy_of(layer.keys, layer.values, capacity) if layer.is_initialized else layer
-                    for layer in cache.layers]
-    return cache
