@@ -13,8 +13,7 @@ Targets: one batched HFBackend.generate over 64 prompts x 64 new tokens is >= 8x
 than the previous generation, and its peak memory above the resident size before the call is
 <= 1.5x the float32 KV cache it must hold (the prefill writes each sub-batch into the decode
 buffers and finished rows leave in place, so the cache is held once; before, the sub-batch
-caches were padded, concatenated, gathered and copied, and a 256-question dev evaluation of the
-tiny Teacher rose 1.65 GB for a 0.78 GB cache).
+caches were padded, concatenated, gathered and copied: about twice the cache at the peak).
 """
 
 from __future__ import annotations

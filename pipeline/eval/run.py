@@ -7,8 +7,9 @@ Answerer candidate. Each finished shard is written atomically to
 there, and `<out_dir>/records.parquet` is the concatenation of all shards.
 
 `<out_dir>/shards/fingerprint.json` holds a hash of everything that determines the
-records (questions, workflow config, runs, shard size, seed, system, and the caller's
-extra parts such as the model weights); when it differs, the old shards are discarded.
+records (questions, workflow config, runs, shard size, seed, system, the pipeline's source,
+and the caller's extra parts such as the model weights); when it differs, the old shards are
+discarded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tqdm import tqdm
 
 from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.agents.workflows import _question_rows, run_workflow
+from pipeline.code_version import code_version
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
 from pipeline.io import write_json, write_parquet
@@ -85,6 +87,7 @@ def _fingerprint(rows: list[dict], cfg: WorkflowConfig, runs: int, shard_questio
     parts = {
         "questions": _digest(rows), "config": dataclasses.asdict(cfg), "runs": runs,
         "shard_questions": shard_questions, "seed": seed, "system": system, "workflow": workflow,
+        "code": code_version(),  # shards of other code are recomputed
         "extra": dict(extra),
     }
     return {"fingerprint": _digest(parts), "parts": parts}

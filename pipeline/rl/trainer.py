@@ -47,6 +47,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pipeline.agents import run_workflow, to_tables
+from pipeline.code_version import code_version
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
 from pipeline.policy.base import PolicyBackend
@@ -291,8 +292,9 @@ def reference_contexts(cfg: TrainConfig, inputs: TrainInputs) -> Contexts | None
 
 
 def checkpoint_fingerprint(cfg: TrainConfig, inputs_fingerprint: str) -> str:
-    """What a checkpoint must match to be resumed: the training numbers (steps excepted) and the inputs."""
-    return f"{cfg.fingerprint()}-{inputs_fingerprint}"
+    """What a checkpoint must match to be resumed: the training numbers (steps excepted), the
+    inputs and the pipeline's source (a checkpoint of other code is never resumed)."""
+    return f"{cfg.fingerprint()}-{inputs_fingerprint}-code-{code_version()}"
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from pipeline.code_version import code_version
 from pipeline.config import Params, workflow_config
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir
@@ -69,7 +68,6 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
             "model": model_fingerprint(model_dir), "test_split": _file_hash(test_path),
             "index": _file_hash(paths.index / "index.json"),
             "eval_params": hashlib.sha256(repr(sorted(flatten(eval_params).items())).encode()).hexdigest(),
-            "code": code_version(),  # shards of other code are recomputed
         }
         out_dir = eval_dir(root, system_name)
         result = evaluate_system(questions, backend, retriever, cfg, runs, params.eval.shard_questions, out_dir,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.code_version import code_version
 from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.paths import audit_dir, checkpoint_dir, model_dir
@@ -49,9 +48,7 @@ def train_system(params: Params, root: Path, key: str, run_name: str) -> dict:
     weights = [base] + ([model_dir(root, mode.teacher)] if mode.teacher else [])
     for folder in weights:
         require_model(folder)
-    # the code is an input too: a checkpoint of other code is never resumed (pipeline.code_version)
-    fingerprint = (inputs_fingerprint(weights, [train_questions["id"].tolist(), dev_questions["id"].tolist()])
-                   + f"-code-{code_version()}")
+    fingerprint = inputs_fingerprint(weights, [train_questions["id"].tolist(), dev_questions["id"].tolist()])
     checkpoints = checkpoint_dir(root, target.weights)
     found = find_latest(checkpoints, checkpoint_fingerprint(cfg, fingerprint))
     logged = {"mode": mode.name, "shared": params.train.shared.model_dump(),
