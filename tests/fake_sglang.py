@@ -7,10 +7,10 @@ POST /flush_cache. /generate takes `input_ids` (one list or a list of lists) and
 top_p, no_stop_trim and sampling_seed; return_logprob and logprob_start_len (-1: generation,
 >= 0 with max_new_tokens 0: scoring of input_ids[start:]).
 
-Seeds: one request is sampled as ONE HFBackend.generate call seeded with entry 0's
-`sampling_seed`; the other entries must carry entry_seed(seed, k), as SGLangBackend sends
-them (otherwise HTTP 400). So a seeded request reproduces exactly the in-process HFBackend
-call with the same prompts, n and seed. (A real server seeds every entry on its own.)
+Seeds: one request is sampled as ONE HFBackend.generate call whose row seeds are the entries'
+`sampling_seed`s (each entry then depends on its own seed only, as on a real server); an
+entry with a seed beside one without is refused (HTTP 400). So a seeded request reproduces
+exactly the in-process HFBackend call with the same prompts and entry seeds.
 /update_weights_from_disk loads the folder into a new HFBackend and serves that from then on.
 """
 
@@ -30,7 +30,6 @@ from fastapi.responses import JSONResponse, Response
 from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.sglang_backend import entry_seed
 
 _SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens", "stop", "n", "no_stop_trim", "sampling_seed"}
 
@@ -69,11 +68,11 @@ def _check_sampling(entries: list[dict]) -> dict:
     if any(s != shared[0] for s in shared):
         raise _BadRequest("sampling_params: the fake serves one set of parameters per request")
     seeds = [sp.get("sampling_seed") for sp in entries]
-    if seeds[0] is not None and seeds != [entry_seed(seeds[0], k) for k in range(len(seeds))]:
-        raise _BadRequest(f"sampling_params: seeds {seeds} are not entry_seed({seeds[0]}, k)")
-    if seeds[0] is None and any(s is not None for s in seeds):
+    if any(s is None for s in seeds) and any(s is not None for s in seeds):
         raise _BadRequest("sampling_params: sampling_seed on some entries only")
-    return {**shared[0], "sampling_seed": seeds[0]}
+    if seeds[0] is not None and shared[0].get("n", 1) != 1:
+        raise _BadRequest("sampling_params: a seeded entry must have n = 1")
+    return {**shared[0], "sampling_seeds": None if seeds[0] is None else [int(s) for s in seeds]}
 
 
 def _trim_stop(text: str, stops: list[str]) -> str:
@@ -88,7 +87,7 @@ def _generate(backend: HFBackend, ids_list: list[list[int]], sp: dict) -> list[d
     params = SamplingParams(
         temperature=float(sp.get("temperature", 1.0)), top_p=float(sp.get("top_p", 1.0)),
         max_new_tokens=int(sp.get("max_new_tokens", 128)), stop=tuple(sp.get("stop") or ()),
-        seed=sp.get("sampling_seed"),
+        row_seeds=None if sp.get("sampling_seeds") is None else tuple(sp["sampling_seeds"]),
     )
     out = []
     for ids, group in zip(ids_list, backend.generate(ids_list, params, n=n)):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.sampling_seeds import sample_seeds
 from pipeline.retrieval.base import Passage
 
 BOS = 0
@@ -89,8 +90,9 @@ class FakeBackend:
 
 class SeededBackend(FakeBackend):
     """FakeBackend whose samples depend on the sampling seed, as a real backend's do:
-    `script(context, draw)` gets a number drawn from (params.seed, the prompt's place in the
-    batch, the sample's index), so a call made with another seed gives other completions."""
+    `script(context, draw)` gets a number drawn from the entry's seed (row seed, or the call
+    seed and the entry's place; pipeline.policy.sampling_seeds), so a call made with other
+    seeds gives other completions."""
 
     def __init__(self, script: Callable[[str, int], str]) -> None:
         super().__init__(lambda context: "")
@@ -101,10 +103,11 @@ class SeededBackend(FakeBackend):
     ) -> list[list[Generation]]:
         self.generate_calls.append({"batch": len(prompts), "n": n, "params": params})
         out = []
+        seeds = sample_seeds(params, len(prompts), n) or [None] * (len(prompts) * n)
         for i, prompt in enumerate(prompts):
             context = self.decode(prompt)
             self.contexts.append(context)
-            draws = [int.from_bytes(hashlib.sha256(f"{params.seed}/{i}/{k}".encode()).digest()[:4], "big")
+            draws = [int.from_bytes(hashlib.sha256(f"{seeds[i * n + k]}".encode()).digest()[:4], "big")
                      for k in range(n)]
             out.append([self._sample(self.seeded_script(context, d), params) for d in draws])
         return out

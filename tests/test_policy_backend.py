@@ -3,9 +3,11 @@ backend against a fake server that answers in SGLang's /generate shape."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from fastapi import FastAPI
@@ -18,6 +20,7 @@ from pipeline.policy.base import PolicyBackend, SamplingParams
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.next_token import sample_next_tokens
+from pipeline.policy.sampling_seeds import entry_seed, keyed_uniforms, sample_seeds
 from pipeline.policy.sglang_backend import SGLangBackend, SGLangError
 from tests.fake_sglang import FakeSGLangState, serve_state
 
@@ -176,10 +179,36 @@ def test_seeded_sampling_is_reproducible(backend, prompts):
 def test_sampler_draws_from_the_tempered_nucleus(top_p, expected):
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = (probs.log() * 2.0).expand(40000, -1)  # temperature 2 undoes the factor 2
-    tokens, logps = sample_next_tokens(logits, 2.0, top_p, torch.Generator().manual_seed(0))
+    uniforms = torch.from_numpy(keyed_uniforms(np.arange(40000), position=3))
+    tokens, logps = sample_next_tokens(logits, 2.0, top_p, uniforms)
     freq = torch.bincount(tokens, minlength=4).float() / len(tokens)
     assert torch.allclose(freq, torch.tensor(expected), atol=0.01)
     assert torch.allclose(logps, probs.log()[tokens], atol=1e-5)  # full tempered distribution
+
+
+def test_keyed_uniforms_are_uniform_and_differ_by_position():
+    u0, u1 = keyed_uniforms(np.arange(20000), 0), keyed_uniforms(np.arange(20000), 1)
+    assert u0.dtype == np.float32 and 0 <= u0.min() and u0.max() < 1
+    assert abs(u0.mean() - 0.5) < 0.01 and abs(np.corrcoef(u0, u1)[0, 1]) < 0.03
+    assert np.array_equal(u0, keyed_uniforms(np.arange(20000), 0))
+
+
+def test_sample_seeds_follow_row_seeds_else_the_call_seed():
+    assert sample_seeds(SamplingParams(), 2, 2) is None
+    assert sample_seeds(SamplingParams(seed=7), 2, 2) == [entry_seed(7, k) for k in range(4)]
+    assert sample_seeds(SamplingParams(seed=7, row_seeds=(3, 9)), 2, 2) == [3, entry_seed(3, 1), 9, entry_seed(9, 1)]
+    with pytest.raises(InputError, match="row_seeds: expected one per prompt"):
+        sample_seeds(SamplingParams(row_seeds=(3,)), 2, 1)
+
+
+def test_a_seeded_row_does_not_depend_on_its_batch(backend, prompts):
+    """Common random numbers: a row's sample depends on its own seed, not its neighbours."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    both = backend.generate(prompts[:2], dataclasses.replace(params, row_seeds=(5, 9)))
+    alone = backend.generate(prompts[1:2], dataclasses.replace(params, row_seeds=(9,)))
+    swapped = backend.generate(prompts[:2], dataclasses.replace(params, row_seeds=(9, 5)))
+    assert both[1][0].token_ids == alone[0][0].token_ids
+    assert swapped[0][0].token_ids != both[0][0].token_ids or swapped[1][0].token_ids != both[1][0].token_ids
 
 
 def test_tiny_top_p_is_greedy(backend, prompts):

@@ -27,6 +27,7 @@ from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
+from pipeline.policy.sampling_seeds import sample_seeds
 from pipeline.retrieval.base import Passage
 from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.teacher_scoring import score_with_teacher
@@ -68,18 +69,19 @@ class ScriptedHFBackend(HFBackend):
         super().__init__(model, tokenizer)
         self.script = script or VariedScript(n_searches=1, n_waves=1, tasks_per_wave=2)
 
-    def _text(self, context: str, params: SamplingParams, k: int) -> str:
+    def _text(self, context: str, params: SamplingParams, seed: int | None) -> str:
         text = self.script(context)
         if isinstance(self.script, VariedScript) and "\nAnswerer:" in context:
-            text = f"<answer>{self.script.answer_for(context, f'{params.seed}/{k}')}</answer>"
+            text = f"<answer>{self.script.answer_for(context, str(seed))}</answer>"
         ends = [text.find(s) + len(s) for s in params.stop if s in text]
         return text[: min(ends)] if ends else text
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Generation]]:
         out = []
+        seeds = sample_seeds(params, len(prompts), n) or [None] * (len(prompts) * n)
         for i, prompt in enumerate(prompts):
             context = self.decode(prompt)
-            ids = [self.encode(self._text(context, params, f"{i}.{k}"))[: params.max_new_tokens] for k in range(n)]
+            ids = [self.encode(self._text(context, params, seeds[i * n + k]))[: params.max_new_tokens] for k in range(n)]
             logps = self.score([prompt] * n, ids)
             out.append([Generation(t, lp, self.decode(t), "stop") for t, lp in zip(ids, logps)])
         return out

@@ -32,7 +32,10 @@ Rules SPEC leaves open (our choices):
   for the largest limit among its requests and cuts each generation to its role's
   limit (finish_reason "length"); sampling is autoregressive, so this is the same as
   asking for the smaller limit.
-- Sampling seed of tick t: (seed * 1_000_003 + t) mod 2**31.
+- Sampling seed of tick t: (seed * 1_000_003 + t) mod 2**31; each request carries its own
+  row seed, key_seed(seed, sample id, turn), so a request's random numbers do not depend on
+  the tick, the batch or the system: two systems run with the same seed draw the same
+  numbers for the same request of the same trajectory (common random numbers).
 - There is one Answerer request per trajectory ("{trajectory_id}/a0"); it is final.
 """
 
@@ -47,6 +50,7 @@ from pipeline.agents.trajectory import Rollout, Trajectory
 from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation, PolicyBackend, SamplingParams
+from pipeline.policy.sampling_seeds import key_seed
 from pipeline.retrieval.base import Retriever
 
 
@@ -101,6 +105,7 @@ def _generate(
         max_new_tokens=max(r.max_new_tokens for r in requests),
         stop=STOP_TAGS,
         seed=tick_seed(seed, step),
+        row_seeds=tuple(key_seed(seed, r.call.sample_id, r.call.n_turns) for r in requests),
     )
     out = backend.generate([r.prompt_ids for r in requests], params, n=1)
     if len(out) != len(requests) or any(len(g) != 1 for g in out):

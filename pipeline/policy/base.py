@@ -20,6 +20,8 @@ class SamplingParams:
     # the token that completes the stop string is kept.
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # One seed per prompt; when given it replaces `seed` (pipeline.policy.sampling_seeds).
+    row_seeds: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
 
@@ -21,6 +22,7 @@ from pipeline.policy.encoding import TokenizerText, truncate_left
 from pipeline.policy.kv_cache import PreallocatedLayer
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.next_token import sample_next_tokens
+from pipeline.policy.sampling_seeds import keyed_uniforms, sample_seeds
 from pipeline.policy.stopping import StopStringChecker
 
 
@@ -124,13 +126,12 @@ class HFBackend(TokenizerText):
                 f"max_new_tokens: expected < the model's context {self.max_context}, got {params.max_new_tokens}"
             )
         rows = [truncate_left(p, self.max_context - params.max_new_tokens) for p in prompts for _ in range(n)]
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
+        seeds = sample_seeds(params, len(prompts), n)
         flat: list[Generation] = []
         with self._inference():
             for start in range(0, len(rows), self.max_batch_size):
-                flat.extend(self._generate_batch(rows[start : start + self.max_batch_size], params, generator))
+                end = start + self.max_batch_size
+                flat.extend(self._generate_batch(rows[start:end], params, None if seeds is None else seeds[start:end]))
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _prefill(
@@ -196,8 +197,9 @@ class HFBackend(TokenizerText):
         return cache, logits, masks, positions
 
     def _generate_batch(
-        self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
+        self, rows: list[list[int]], params: SamplingParams, seeds: list[int] | None
     ) -> list[Generation]:
+        """Sample every row; a seeded row's draws depend on its seed and the token position only."""
         cache, logits, attention_mask, position = self._prefill(rows, params.max_new_tokens)
         stop_checker = StopStringChecker(self.tokenizer, params.stop)
         tokens_of = [[] for _ in rows]
@@ -205,8 +207,12 @@ class HFBackend(TokenizerText):
         finish_of = ["length"] * len(rows)
         batch_rows = list(range(len(rows)))  # the original row of each batch row
         active = [True] * len(rows)  # a finished row stays in the batch until half the batch has finished
+        row_seeds = None if seeds is None else np.asarray(seeds, dtype=np.uint64)
         for step in range(params.max_new_tokens):
-            tokens, logps = sample_next_tokens(logits, params.temperature, params.top_p, generator)
+            uniforms = None
+            if row_seeds is not None and params.temperature > 0:
+                uniforms = torch.from_numpy(keyed_uniforms(row_seeds[batch_rows], step)).to(self.device)
+            tokens, logps = sample_next_tokens(logits, params.temperature, params.top_p, uniforms)
             live = [i for i, a in enumerate(active) if a]
             for i, token, logp in zip(live, tokens[live].tolist(), logps[live].tolist()):
                 tokens_of[batch_rows[i]].append(token)

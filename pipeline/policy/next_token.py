@@ -9,9 +9,12 @@ def sample_next_tokens(
     logits: torch.Tensor,
     temperature: float,
     top_p: float,
-    generator: torch.Generator | None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next token per row of `logits` (B, V) and log_softmax(logits / T) of it.
+
+    Row i's token is the inverse CDF (in vocabulary order) of `uniforms[i]`, a number in
+    [0, 1); without `uniforms` they come from torch's global generator.
 
     temperature == 0 is greedy and records log-probs at T = 1. With top_p < 1 the token
     is drawn from the nucleus, but the recorded log-prob is still that of the full
@@ -33,6 +36,8 @@ def sample_next_tokens(
     # inverse-CDF draw: one uniform number per row (torch.multinomial draws per vocabulary
     # entry and dominates a tiny model's step time on CPU); zero-mass tokens are never hit
     cdf = probs.cumsum(dim=-1)
-    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device) * cdf[:, -1:]
+    if uniforms is None:
+        uniforms = torch.rand(probs.shape[0], device=probs.device)
+    u = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)

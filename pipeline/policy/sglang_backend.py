@@ -21,8 +21,8 @@ at the last prompt token and keeps the entries of the response tokens.
 Seeds (`send_seed`): SGLang's seeded sampler (honoured only when the server runs with
 --enable-deterministic-inference) draws each token from hash(sampling_seed, position, token),
 so two entries with the same prompt and the same seed get the same sample. A seeded batch is
-therefore sent as one entry per sample (n expanded, n=1 each), entry k of the whole call
-carrying `entry_seed(seed, k)`; entry 0 carries the seed itself.
+therefore sent as one entry per sample (n expanded, n=1 each), each carrying its entry's seed
+(pipeline.policy.sampling_seeds: `entry_seed(seed, k)`, or the prompt's row seed).
 
 POST {url}/update_weights_from_disk {"model_path"} -> {"success", "message",
 "num_paused_requests"} (HTTP 400 with success false when the weights could not be loaded);
@@ -43,11 +43,11 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText
+from pipeline.policy.sampling_seeds import entry_seed, sample_seeds  # noqa: F401 (entry_seed re-exported)
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 # Failures that mean "nobody answered": a server still starting, restarting or overloaded.
 RETRY_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
-_SEED_STRIDE = 1_000_033
 
 
 class SGLangError(RuntimeError):
@@ -69,11 +69,6 @@ class RetryPolicy:
 
     def wait_s(self, failures: int) -> float:
         return min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s)
-
-
-def entry_seed(seed: int, k: int) -> int:
-    """Seed of the k-th sample entry of a seeded call (k = prompt * n + sample)."""
-    return (int(seed) + k * _SEED_STRIDE) % 2**31
 
 
 def _sglang_sampling_params(params: SamplingParams, n: int) -> dict[str, Any]:
@@ -211,14 +206,12 @@ class SGLangBackend(TokenizerText):
         self._call("POST", "/flush_cache")
 
     # -- PolicyBackend ----------------------------------------------------------------------
-    def _generate_payload(self, chunk: list[list[int]], params: SamplingParams, n: int, first_entry: int) -> dict:
+    def _generate_payload(self, chunk: list[list[int]], params: SamplingParams, n: int,
+                          seeds: list[int] | None) -> dict:
         sampling = _sglang_sampling_params(params, n)
-        if self.send_seed and params.seed is not None:
+        if seeds is not None:
             entries = [ids for ids in chunk for _ in range(n)]
-            sampling = [
-                {**sampling, "n": 1, "sampling_seed": entry_seed(params.seed, first_entry + k)}
-                for k in range(len(entries))
-            ]
+            sampling = [{**sampling, "n": 1, "sampling_seed": s} for s in seeds]
         else:
             entries = chunk
         return {
@@ -234,12 +227,12 @@ class SGLangBackend(TokenizerText):
         if n < 1:
             raise InputError(f"n: expected >= 1 samples per prompt, got {n}")
         results: list[list[Generation]] = []
+        seeds = sample_seeds(params, len(prompts), n) if self.send_seed else None
         per_request = max(1, self.max_batch_size // n)
         for start in range(0, len(prompts), per_request):
             chunk = [list(map(int, p)) for p in prompts[start : start + per_request]]
-            outputs = self._post_generate(
-                self._generate_payload(chunk, params, n, first_entry=start * n), expected=len(chunk) * n
-            )
+            chunk_seeds = None if seeds is None else seeds[start * n : (start + len(chunk)) * n]
+            outputs = self._post_generate(self._generate_payload(chunk, params, n, chunk_seeds), expected=len(chunk) * n)
             gens = [self._generation(out, f"output {start * n + i}") for i, out in enumerate(outputs)]
             results.extend(gens[i * n : (i + 1) * n] for i in range(len(chunk)))
         return results

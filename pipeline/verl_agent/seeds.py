@@ -1,8 +1,8 @@
 """Seeds of the verl path, and an in-process backend with the same seed semantics.
 
 verl's server client takes one prompt per `generate`, so the agent loop sends every entry of
-a tick (prompt i, sample j) as its own request, seeded with `entry_seed(tick seed, i * n + j)`:
-SGLang's convention for a seeded batch (pipeline.policy.sglang_backend). A sample then
+a tick (prompt i, sample j) as its own request, seeded with its entry's seed
+(pipeline.policy.sampling_seeds), as SGLangBackend sends a seeded batch. A sample then
 depends on its own seed only, never on what else was in flight. `PerEntrySeedBackend` gives
 an in-process backend exactly these semantics, so `run_workflow` over it is the reference the
 agent loop must reproduce.
@@ -10,13 +10,14 @@ agent loop must reproduce.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from typing import Sequence
 
 import numpy as np
 
 from pipeline.policy.base import Generation, PolicyBackend, SamplingParams
-from pipeline.policy.sglang_backend import entry_seed
+from pipeline.policy.sampling_seeds import sample_seeds
 
 
 def trajectory_seed(seed: int, step: int, question_id: str, k: int) -> int:
@@ -25,9 +26,10 @@ def trajectory_seed(seed: int, step: int, question_id: str, k: int) -> int:
     return int(np.random.default_rng(parts).integers(2**31 - 1))
 
 
-def entry_seeds(seed: int | None, count: int) -> list[int | None]:
-    """Seed of each of `count` entries of one seeded call (None when the call has no seed)."""
-    return [None if seed is None else entry_seed(seed, k) for k in range(count)]
+def entry_seeds(params: SamplingParams, n_prompts: int, n: int) -> list[int | None]:
+    """Seed of each entry of one call (None for every entry of an unseeded call)."""
+    seeds = sample_seeds(params, n_prompts, n)
+    return [None] * (n_prompts * n) if seeds is None else list(seeds)
 
 
 class PerEntrySeedBackend:
@@ -48,12 +50,12 @@ class PerEntrySeedBackend:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
     ) -> list[list[Generation]]:
-        seeds = entry_seeds(params.seed, len(prompts) * n)
+        seeds = entry_seeds(params, len(prompts), n)
         out: list[list[Generation]] = []
         for i, prompt in enumerate(prompts):
             row = []
             for j in range(n):
-                one = SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.stop, seeds[i * n + j])
+                one = dataclasses.replace(params, seed=seeds[i * n + j], row_seeds=None)
                 row.append(self.backend.generate([prompt], one, n=1)[0][0])
             out.append(row)
         return out

@@ -9,7 +9,7 @@ concurrently on the rollout servers.
 
 `sampling_params` is SGLang's (verl's SGLang server hands it to SGLang unchanged, after
 popping verl's own `logprobs` flag): temperature, top_p, max_new_tokens, stop (kept in the
-output: no_stop_trim) and, when `send_seed`, sampling_seed = entry_seed(tick seed, entry).
+output: no_stop_trim) and, when `send_seed`, sampling_seed = the entry's seed (pipeline.policy.sampling_seeds).
 Stop strings need the server's detokenizer: the rollout must run with skip_tokenizer_init false.
 """
 
@@ -103,8 +103,8 @@ class ServerManagerBackend(TokenizerText):
             self.global_steps.append(int(version))
         return to_generation(output, params.max_new_tokens, self.decode, f"{self.session} entry {k}")
 
-    async def _all(self, entries: list[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        seeds = entry_seeds(params.seed if self.send_seed else None, len(entries))
+    async def _all(self, entries: list[Sequence[int]], params: SamplingParams, n: int) -> list[Generation]:
+        seeds = entry_seeds(params, len(entries) // n, n) if self.send_seed else [None] * len(entries)
         return list(await asyncio.gather(*(self._one(p, params, s, k) for k, (p, s) in enumerate(zip(entries, seeds)))))
 
     def generate(
@@ -114,7 +114,7 @@ class ServerManagerBackend(TokenizerText):
             raise RuntimeError("ServerManagerBackend.generate called on its event loop's thread (would deadlock)")
         entries = [p for p in prompts for _ in range(n)]
         self.requests += len(entries)
-        flat = asyncio.run_coroutine_threadsafe(self._all(entries, params), self.loop).result(self.timeout_s)
+        flat = asyncio.run_coroutine_threadsafe(self._all(entries, params, n), self.loop).result(self.timeout_s)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[list[float]]:
