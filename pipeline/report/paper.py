@@ -109,7 +109,10 @@ def build_markdown(results: Results, prov: Provenance) -> str:
                 f"Paired bootstrap: {level}% intervals of the macro avg@{k} gap",
                 t.markdown(t.gap_table(results, repair=False))
                 + f"\n\n{prov.protocol.get('bootstrap_draws')} draws, questions resampled within each dataset, "
-                "the same draws for both systems."))
+                "the same draws for both systems. Every system is evaluated with the same sampling seed, and a "
+                "request's random numbers depend only on that seed and the request (question, run, call, turn), "
+                "so where two systems' policies agree their samples agree (common random numbers) and that part "
+                "of the sampling noise cancels in their gap."))
             parts.append(_section(
                 "Perfect-repair bounds",
                 t.markdown(t.gap_table(results, repair=True))
