@@ -181,9 +181,10 @@ def test_searcher_opd_pulls_the_searcher_toward_the_teacher(tokenizer):
 def test_kl_in_reward_pulls_the_answerer_toward_the_teacher(tokenizer):
     """Outcomes tied (the gold answer is never written), the Leader's text fixed: the only spread in
     the Answerer's rewards is -kl_coef * sum(old - teacher), which GRPO over 8 candidates turns into
-    advantages. After 8 steps the Answerer's token-mean KL(student || teacher) on fixed contexts falls
-    by >= 8%; the flipped twin raises it by >= 50%. Answers are 4 tokens: one reward per sequence
-    credits its tokens less well the longer it is, and the estimate gets too noisy to show in 8 steps."""
+    advantages. After 16 steps the Answerer's token-mean KL(student || teacher) on fixed contexts falls
+    by >= 8% (training seeds 0, 1, 2 gave 12%, 21%, 12%; after 8 steps 6%, 9%, 0%, too close); the
+    flipped twin raises it by >= 50% (about 10x). Answers are 4 tokens: one reward per sequence
+    credits its tokens less well the longer it is, and the estimate gets too noisy otherwise."""
     train = questions(8, gold="zzz")
     contexts = [PROMPTS.answerer_prompt(q, [ReportLine("R1", q, "paris is the capital")]) for q in TEXTS]
     ratios = {}
@@ -196,7 +197,7 @@ def test_kl_in_reward_pulls_the_answerer_toward_the_teacher(tokenizer):
         before = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id)
         cfg = control_config("no_searcher_supervision", lr=1e-3, candidates=8, answerer_max_new_tokens=4)
         with signals(grpo=sign):
-            train_steps(cfg, make_inputs(policy, train, teacher), 8)
+            train_steps(cfg, make_inputs(policy, train, teacher), 16)
         ratios[sign] = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id) / before
     print("KL-in-reward KL ratios", ratios)
     assert ratios[1.0] <= 0.92 and ratios[-1.0] >= 1.5, ratios
