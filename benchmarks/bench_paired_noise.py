@@ -6,7 +6,8 @@ with one seed carries no independent sampling noise. This scores two trained mod
 the base model and the Stage-I Teacher, cascade) on every dev question x 4 runs under eval
 seeds 1 and 2, then prints the paired bootstrap 95% interval of the macro avg@4 gap for the
 two same-seed pairs (common numbers) and the two cross-seed pairs (independent numbers), and
-the ratio of their mean half-widths. Dev only: this decides nothing on test.
+the ratio of their mean half-widths, and how often the two models give the same final answer
+under common numbers (what limits the narrowing). Dev only: this decides nothing on test.
 Needs the models of a `make repro`. Run from the repo root:
 .venv/bin/python -m benchmarks.bench_paired_noise [MODEL_A MODEL_B]"""
 
@@ -21,18 +22,22 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.config import load_params, workflow_config
+from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
-from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
+from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
 
 RUNS, SEEDS, DRAWS = 4, (1, 2), 2000
 
 
 def main(model_a: str = "data/models/base", model_b: str = "data/models/teacher") -> None:
     root = Path(".")
-    if not all((root / m / "config.json").is_file() or (root / m / "model_ref.json").is_file() for m in (model_a, model_b)):
-        print(f"skipped: {model_a} or {model_b} is missing (run `make repro` first)")
+    try:
+        for model in (model_a, model_b):
+            require_model(root / model)
+    except InputError as err:
+        print(f"skipped: {err}")
         return
     params = load_params("params.yaml", "tiny")
     dev, retriever = read_split(root, "dev"), open_retriever(root)
@@ -44,6 +49,8 @@ def main(model_a: str = "data/models/base", model_b: str = "data/models/teacher"
             for seed in SEEDS:
                 records.append(evaluate_system(dev, backend, retriever, cfg, RUNS, 32, Path(tmp) / f"{label}{seed}", seed,
                                                system=f"{label}{seed}", workflow="cascade", progress=False).records)
+    answers = [r.sort_values(["question_id", "run"])["strict_answer"].to_numpy() for r in records]
+    same = [(answers[i] == answers[len(SEEDS) + i]).mean() for i in range(len(SEEDS))]  # a{s} vs b{s}
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     widths = {"common": [], "independent": []}
     print(f"{model_b} - {model_a}, dev ({len(dev)} questions x {RUNS} runs), macro avg@{RUNS} gap, 95% interval:")
@@ -57,6 +64,7 @@ def main(model_a: str = "data/models/base", model_b: str = "data/models/teacher"
     common, independent = (sum(w) / len(w) for w in (widths["common"], widths["independent"]))
     print(f"mean half-width: common {common:.2f}, independent {independent:.2f}, "
           f"ratio {common / independent:.2f} (variance ratio {(common / independent) ** 2:.2f})")
+    print(f"identical final answers of the two models: {100 * sum(same) / len(same):.0f}% with common numbers")
     print(f"time {time.perf_counter() - start:.0f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

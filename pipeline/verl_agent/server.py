@@ -103,8 +103,8 @@ class ServerManagerBackend(TokenizerText):
             self.global_steps.append(int(version))
         return to_generation(output, params.max_new_tokens, self.decode, f"{self.session} entry {k}")
 
-    async def _all(self, entries: list[Sequence[int]], params: SamplingParams, n: int) -> list[Generation]:
-        seeds = entry_seeds(params, len(entries) // n, n) if self.send_seed else [None] * len(entries)
+    async def _all(self, entries: list[Sequence[int]], params: SamplingParams,
+                   seeds: list[int | None]) -> list[Generation]:
         return list(await asyncio.gather(*(self._one(p, params, s, k) for k, (p, s) in enumerate(zip(entries, seeds)))))
 
     def generate(
@@ -114,7 +114,8 @@ class ServerManagerBackend(TokenizerText):
             raise RuntimeError("ServerManagerBackend.generate called on its event loop's thread (would deadlock)")
         entries = [p for p in prompts for _ in range(n)]
         self.requests += len(entries)
-        flat = asyncio.run_coroutine_threadsafe(self._all(entries, params, n), self.loop).result(self.timeout_s)
+        seeds = entry_seeds(params, len(prompts), n) if self.send_seed else [None] * len(entries)
+        flat = asyncio.run_coroutine_threadsafe(self._all(entries, params, seeds), self.loop).result(self.timeout_s)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[list[float]]:
