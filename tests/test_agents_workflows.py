@@ -8,8 +8,9 @@ import pytest
 
 from pipeline.agents.protocol import STOP_TAGS
 from pipeline.agents.workflow_config import WorkflowConfig
-from pipeline.agents.workflows import run_cascade, run_hierarchy, tick_seed
+from pipeline.agents.workflows import run_cascade, run_hierarchy
 from pipeline.errors import InputError
+from pipeline.policy.sampling_seeds import key_seed
 from tests.configs import workflow_cfg
 from tests.fakes import FakeBackend, FakeRetriever, TeamScript, field_of, make_questions, role_of
 
@@ -50,13 +51,14 @@ def test_one_generate_call_and_one_search_call_per_tick(workflow):
     assert turns_per_tick.min() >= 6
 
 
-def test_tick_seeds_differ_and_depend_on_the_seed():
-    _, b1, _ = _run("cascade", TeamScript(n_searches=2), seed=1)
+def test_request_seeds_are_keyed_by_the_request_and_depend_on_the_rollout_seed():
+    r1, b1, _ = _run("cascade", TeamScript(n_searches=2), seed=1)
     _, b2, _ = _run("cascade", TeamScript(n_searches=2), seed=2)
-    s1 = [c["params"].seed for c in b1.generate_calls]
-    s2 = [c["params"].seed for c in b2.generate_calls]
+    s1 = [s for c in b1.generate_calls for s in c["params"].row_seeds]
+    s2 = [s for c in b2.generate_calls for s in c["params"].row_seeds]
     assert len(set(s1)) == len(s1) and not set(s1) & set(s2)
-    assert s1[0] == tick_seed(1, 0)
+    assert all(c["params"].seed is None for c in b1.generate_calls)  # no per-call seed beside the row seeds
+    assert {key_seed(1, c.sample_id, 0) for c in r1.calls} <= set(s1)  # every call's first turn
 
 
 @pytest.mark.parametrize(("n_candidates", "workflow"), [(5, "cascade"), (1, "cascade"), (5, "hierarchy"), (1, "hierarchy")])

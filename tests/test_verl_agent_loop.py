@@ -41,7 +41,8 @@ from pipeline.agents.workflows import run_workflow
 from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
-from pipeline.policy.sglang_backend import SGLangBackend, entry_seed
+from pipeline.policy.sampling_seeds import entry_seed
+from pipeline.policy.sglang_backend import SGLangBackend
 from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.modes import MODES
 from pipeline.rl.rewards import compute_rewards

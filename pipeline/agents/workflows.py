@@ -84,10 +84,6 @@ def _question_rows(questions: Iterable[Mapping[str, Any]] | Any) -> list[dict[st
     return rows
 
 
-def tick_seed(seed: int, step: int) -> int:
-    return (seed * 1_000_003 + step) % 2**31
-
-
 def _truncate(gen: Generation, limit: int, backend: PolicyBackend) -> Generation:
     if len(gen.token_ids) <= limit:
         return gen
@@ -96,15 +92,15 @@ def _truncate(gen: Generation, limit: int, backend: PolicyBackend) -> Generation
 
 
 def _generate(
-    backend: PolicyBackend, requests: Sequence[ModelRequest], cfg: WorkflowConfig, seed: int, step: int
+    backend: PolicyBackend, requests: Sequence[ModelRequest], cfg: WorkflowConfig, seed: int
 ) -> list[Generation]:
-    """All requests of one tick as one generate call."""
+    """All requests of one tick as one generate call; each request is seeded by what it is
+    (rollout seed, sample, turn), not by where it sits in the batch."""
     params = SamplingParams(
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         max_new_tokens=max(r.max_new_tokens for r in requests),
         stop=STOP_TAGS,
-        seed=tick_seed(seed, step),
         row_seeds=tuple(key_seed(seed, r.call.sample_id, r.call.n_turns) for r in requests),
     )
     out = backend.generate([r.prompt_ids for r in requests], params, n=1)
@@ -153,7 +149,7 @@ def run_workflow(
         searches: list[tuple[ModelRequest, str]] = []
         if requests:
             rollout.generate_calls += 1
-            for request, gen in zip(requests, _generate(backend, requests, cfg, seed, step)):
+            for request, gen in zip(requests, _generate(backend, requests, cfg, seed)):
                 query = request.team.receive(request, gen, step)
                 if query is not None:
                     searches.append((request, query))

@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
 from pipeline.io import write_json, write_parquet
 from pipeline.policy.base import PolicyBackend
+from pipeline.policy.model_ref import hash_files
 from pipeline.retrieval.base import Retriever
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -50,7 +51,8 @@ class EvalResult:
 def shard_seed(seed: int, shard: int) -> int:
     """Sampling seed of one shard: a stable hash of (eval seed, shard index). Not of the system:
     every system draws the same random numbers for the same request (pipeline.agents.workflows),
-    so a paired gap between two systems carries no independent sampling noise."""
+    so in a paired gap between two systems the noise they share cancels (where their policies
+    differ, their samples still differ)."""
     digest = hashlib.sha256(f"{seed}/{shard}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % 2**31
 
@@ -59,25 +61,14 @@ def shard_path(out_dir: Path, shard: int) -> Path:
     return Path(out_dir) / "shards" / f"shard-{shard:05d}.parquet"
 
 
-def hash_files(paths: Iterable[Path], chunk: int = 1 << 20) -> str:
-    """sha256 over the names, sizes and contents of `paths` (in sorted name order)."""
-    h = hashlib.sha256()
-    for path in sorted(Path(p) for p in paths):
-        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
-        with path.open("rb") as f:
-            while block := f.read(chunk):
-                h.update(block)
-    return h.hexdigest()
-
-
 def model_fingerprint(model_dir: Path) -> str:
     """Hash of a model folder's weight, config and tokenizer files."""
     model_dir = Path(model_dir)
     suffixes = (".json", ".safetensors", ".bin", ".model", ".txt", ".jinja")
-    files = [p for p in model_dir.iterdir() if p.is_file() and p.suffix in suffixes]
+    files = sorted(p.name for p in model_dir.iterdir() if p.is_file() and p.suffix in suffixes)
     if not files:
         raise InputError(f"{model_dir}: no weight or config files to evaluate")
-    return hash_files(files)
+    return hash_files(model_dir, files)
 
 
 def _digest(obj: Any) -> str:

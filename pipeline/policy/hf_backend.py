@@ -207,11 +207,11 @@ class HFBackend(TokenizerText):
         finish_of = ["length"] * len(rows)
         batch_rows = list(range(len(rows)))  # the original row of each batch row
         active = [True] * len(rows)  # a finished row stays in the batch until half the batch has finished
-        row_seeds = None if seeds is None else np.asarray(seeds, dtype=np.uint64)
+        row_seeds = None if seeds is None else np.asarray(seeds, dtype=np.uint64)  # per batch row
         for step in range(params.max_new_tokens):
             uniforms = None
             if row_seeds is not None and params.temperature > 0:
-                uniforms = torch.from_numpy(keyed_uniforms(row_seeds[batch_rows], step)).to(self.device)
+                uniforms = torch.from_numpy(keyed_uniforms(row_seeds, step)).to(self.device)
             tokens, logps = sample_next_tokens(logits, params.temperature, params.top_p, uniforms)
             live = [i for i, a in enumerate(active) if a]
             for i, token, logp in zip(live, tokens[live].tolist(), logps[live].tolist()):
@@ -228,6 +228,8 @@ class HFBackend(TokenizerText):
                 keep = torch.tensor([i for i, a in enumerate(active) if a], device=self.device)
                 cache.batch_select_indices(keep)
                 batch_rows = [batch_rows[i] for i in keep.tolist()]
+                if row_seeds is not None:
+                    row_seeds = row_seeds[keep.cpu().numpy()]
                 active = [True] * len(batch_rows)
                 tokens, position, attention_mask = tokens[keep], position[keep], attention_mask[keep]
             position = position + 1

@@ -12,7 +12,8 @@ on what else is in the batch (SGLang's seeded sampler, the in-process backend's
 Row seeds let a caller tie a sample to what it is rather than where it sits in a batch: the
 workflows key every request by (rollout seed, trajectory, call, turn), so two systems
 evaluated with the same seed draw the same random numbers for the same request (common
-random numbers), and their paired differences carry no independent sampling noise.
+random numbers): in their paired differences the noise they share cancels, though where
+their policies differ their samples still do.
 """
 
 from __future__ import annotations

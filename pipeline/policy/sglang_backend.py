@@ -43,7 +43,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.encoding import TokenizerText
-from pipeline.policy.sampling_seeds import entry_seed, sample_seeds  # noqa: F401 (entry_seed re-exported)
+from pipeline.policy.sampling_seeds import sample_seeds
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 # Failures that mean "nobody answered": a server still starting, restarting or overloaded.

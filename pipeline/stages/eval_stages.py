@@ -16,9 +16,9 @@ from pipeline.tracking import flatten, stage_run
 
 
 def _file_hash(path: Path) -> str:
-    from pipeline.eval.run import hash_files
+    from pipeline.policy.model_ref import hash_files
 
-    return hash_files([path]) if path.is_file() else "absent"
+    return hash_files(path.parent, [path.name]) if path.is_file() else "absent"
 
 
 def evaluation_metrics(records, runs: int) -> dict[str, float]:
