@@ -12,20 +12,19 @@ random ids of a page's collapsible blocks are numbered in order.
 
 from __future__ import annotations
 
+import datetime
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import datetime
-import re
-
 import great_expectations as gx
 import pandas as pd
-from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.core.expectation_validation_result import (
     ExpectationSuiteValidationResult,
     ExpectationValidationResult,
 )
+from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import ProgressBarsConfig
 from great_expectations.expectations import Expectation
 
