@@ -1,8 +1,9 @@
 """How much common random numbers narrow a paired interval, measured on dev in one run.
 
 Every evaluated system draws the same random numbers for the same request of the same
-trajectory (pipeline.policy.sampling_seeds), so a paired gap between two systems evaluated
-with one seed carries no independent sampling noise. This scores two trained models (default:
+trajectory (pipeline.policy.sampling_seeds), so in a paired gap between two systems evaluated
+with one seed the noise they share cancels (where their policies differ, their samples still
+do). This scores two trained models (default:
 the base model and the Stage-I Teacher, cascade) on every dev question x 4 runs under eval
 seeds 1 and 2, then prints the paired bootstrap 95% interval of the macro avg@4 gap for the
 two same-seed pairs (common numbers) and the two cross-seed pairs (independent numbers), and
