@@ -205,6 +205,9 @@ class TrainSystem(_Strict):
 
     steps: int = Field(gt=0)
     seed: int
+    # dynamic sampling: draw oversample x questions_per_batch questions, train on the first
+    # questions_per_batch whose trajectories' team outcome differs (pipeline.rl.group_filter); 1: off
+    oversample: int = Field(ge=1)
 
 
 class TrainSystems(_Strict):

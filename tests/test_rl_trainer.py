@@ -100,7 +100,7 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
     rollout = workflow_cfg(top_k=2, n_candidates=3, max_searcher_turns=3, leader_max_new_tokens=64,
                            searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     values = dict(
-        mode=mode, steps=steps, seed=7, questions_per_batch=2, trajectories_per_question=2, lr=1e-3,
+        mode=mode, steps=steps, seed=7, questions_per_batch=2, oversample=1, trajectories_per_question=2, lr=1e-3,
         entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
         judge_max_new_tokens=8, rollout=rollout, dev_rollout=replace(rollout, n_candidates=1),
         optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS, reference_seed=11,
@@ -361,3 +361,40 @@ def test_dev_evaluation_samples_with_one_seed_for_every_system(monkeypatch):
         out = trainer.dev_evaluate(tiny_config("opd", seed=system_seed), inputs)
         assert out["dev_em"] == 0.5 and out["dev_no_search_share"] == 0.5
     assert seeds == [11, 11, 11]
+
+
+def test_dynamic_sampling_trains_only_on_questions_with_differing_outcomes(tokenizer, tmp_path, monkeypatch):
+    """With oversample 2 the step rolls out twice the questions and keeps those whose trajectories'
+    team outcome differs. The outcomes are set after the rewards: all wrong (the filter falls back
+    to the first two drawn), then one right trajectory in the last drawn question."""
+    from pipeline.rl import trainer
+    inputs = make_inputs(tokenizer, "stage1", tmp_path)
+    plain = trainer.collect_batch(tiny_config("stage1"), inputs, 0)
+    assert plain.informative_questions is None and plain.samples["question_id"].nunique() == 2
+
+    rewards = trainer.compute_rewards
+    drawn: list[list[str]] = []
+
+    def outcomes(right_in_last: bool):
+        def patched(samples, *args, **kwargs):
+            out = rewards(samples, *args, **kwargs).assign(r_em=0.0)
+            drawn.append(list(dict.fromkeys(out["question_id"])))
+            if right_in_last:
+                first = out.loc[out["question_id"] == drawn[-1][-1], "trajectory_id"].iloc[0]
+                out.loc[out["trajectory_id"] == first, "r_em"] = 1.0
+            return out
+        return patched
+
+    cfg = tiny_config("stage1", oversample=2)
+    monkeypatch.setattr(trainer, "compute_rewards", outcomes(right_in_last=False))
+    tied = trainer.collect_batch(cfg, inputs, 0)
+    assert tied.drawn_questions == 4 and len(drawn[-1]) == 4 and tied.informative_questions == 0
+    assert list(dict.fromkeys(tied.samples["question_id"])) == drawn[-1][:2]
+
+    monkeypatch.setattr(trainer, "compute_rewards", outcomes(right_in_last=True))
+    batch = trainer.collect_batch(cfg, inputs, 0)
+    assert batch.informative_questions == 1 and set(batch.samples["question_id"]) == {drawn[-1][-1]}
+    assert len(batch.tokens) and set(batch.tokens["sample_id"]) <= set(batch.samples["sample_id"])
+    assert batch.tokens["advantage"].abs().sum() > 0  # advantages come from the kept groups
+    metrics = trainer.batch_metrics(batch, trainer.get_mode("stage1"))
+    assert metrics["trained_questions"] == 1 and metrics["informative_share"] == 0.25

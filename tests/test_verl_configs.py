@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -213,3 +214,9 @@ def test_plugin_registers_our_pieces_inside_verl(repo_root, tmp_path):
                               "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "compute_multiagent_opd_advantage {'_target_': 'pipeline.verl_agent.loop.TeamAgentLoop'}" in out.stdout
+
+
+def test_a_group_filter_is_reported_as_unsupported_by_verl(paper):
+    cfg = replace(train_config(paper, "teacher"), oversample=4)
+    assert mismatches(compose_stage("teacher"), cfg) == [
+        "train.systems oversample: the verl path has no group filter, expected 1, got 4"]

@@ -24,6 +24,7 @@ class TrainConfig:
     steps: int
     seed: int
     questions_per_batch: int
+    oversample: int  # dynamic sampling: questions drawn per trained question (1: off; pipeline.rl.group_filter)
     trajectories_per_question: int
     lr: float
     entropy_coef: float
@@ -57,6 +58,7 @@ def train_config(params: Params, key: str) -> TrainConfig:
         steps=own.steps,
         seed=own.seed,
         questions_per_batch=shared.questions_per_batch,
+        oversample=own.oversample,
         trajectories_per_question=shared.trajectories_per_question,
         lr=shared.lr,
         entropy_coef=shared.entropy_coef,

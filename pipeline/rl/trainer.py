@@ -2,14 +2,17 @@
 Critic): one loop, one shared model for all roles, CPU or one GPU.
 
 One step (`train` below, top to bottom):
-  1. draw `questions_per_batch` training questions from (seed, step), so a resumed run draws the
-     same ones; roll out the mode's workflow (cascade for stage1, hierarchy otherwise) with
-     `trajectories_per_question` trajectories and `train_candidates` Answerer candidates;
+  1. draw `oversample` x `questions_per_batch` training questions from (seed, step), so a resumed
+     run draws the same ones; roll out the mode's workflow (cascade for stage1, hierarchy
+     otherwise) with `trajectories_per_question` trajectories and `train_candidates` Answerer
+     candidates;
   2. tables (pipeline.agents.to_tables) with the mode's trained roles;
   3. Teacher scoring (pipeline.rl.teacher_scoring): one teacher-forced pass per sample with a
      loss token, on exactly the student's context; log-probs kept on generated tokens;
   4. Prompted-Critic judge scores (pipeline.rl.judge), prompted_critic only;
-  5. rewards (pipeline.rl.rewards.compute_rewards) -> advantages (compute_advantages);
+  5. rewards (pipeline.rl.rewards.compute_rewards); with oversample > 1, dynamic sampling
+     (pipeline.rl.group_filter) keeps the first `questions_per_batch` questions whose
+     trajectories' team outcome differs; -> advantages (compute_advantages);
   6. audit tables at step 0 and every `audit_every` steps (pipeline.rl.audit; fails on a
      mask violation);
   7. PPO: one pass in `n_minibatches` shuffled minibatches (one AdamW update each): new
@@ -25,8 +28,10 @@ Metric keys (per step): reward_leader, reward_searcher, reward_answerer (mean `r
 role's samples; absent where the role has no scalar reward, e.g. OPD Searchers), kl_to_teacher
 (token mean of old_logp - teacher_logp over scored loss tokens), entropy, clip_fraction, pg_loss
 (means over the minibatches), tokens_per_second (generated tokens of the rollout / step wall
-time), judge_unparsable, and the diagnostics of pipeline.rl.diagnostics (zero_adv_groups_<role>,
-abs_adv_<role>_<grpo|opd>, searcher_kl_sampled, no_search_share); dev metrics (at completed-step
+time), judge_unparsable, trained_questions, informative_share (dynamic sampling only: the share
+of drawn questions whose trajectories' outcome differs), and the diagnostics of
+pipeline.rl.diagnostics (zero_adv_groups_<role>, abs_adv_<role>_<grpo|opd>, searcher_kl_sampled,
+no_search_share); dev metrics (at completed-step
 counts): dev_em (strict extraction), dev_no_search_share, format_failure_rate,
 searches_per_workflow, and for Stage-II runs dev_searcher_kl (token-mean KL of the policy to the
 Stage-I Teacher on fixed dev Searcher contexts).
@@ -60,6 +65,7 @@ from pipeline.rl.audit import write_audit
 from pipeline.rl.batch import pad_column
 from pipeline.rl.checkpoint import load_latest, save_checkpoint
 from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_contexts, searcher_kl
+from pipeline.rl.group_filter import filter_batch
 from pipeline.rl.judge import judge_searchers
 from pipeline.rl.loss import length_buckets, minibatches, policy_loss
 from pipeline.rl.modes import TrainingMode, get_mode
@@ -102,6 +108,8 @@ class Batch:
     tokens: pd.DataFrame
     generated_tokens: int
     judge_unparsable: int = 0
+    drawn_questions: int = 0
+    informative_questions: int | None = None  # dynamic sampling only: drawn questions with differing outcomes
 
 
 @dataclass
@@ -146,7 +154,8 @@ def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
     mode = get_mode(cfg.mode)
     pool = inputs.train_questions
     rng = np.random.default_rng([cfg.seed, step, 0])
-    picked = np.sort(rng.choice(len(pool), size=min(cfg.questions_per_batch, len(pool)), replace=False))
+    drawn = min(cfg.oversample * cfg.questions_per_batch, len(pool))
+    picked = np.sort(rng.choice(len(pool), size=drawn, replace=False))
     rollout = run_workflow(
         mode.workflow, pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
         n_traj=cfg.trajectories_per_question, seed=_seed(cfg.seed, step, 1),
@@ -158,9 +167,12 @@ def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
     if inputs.judge is not None:
         samples, unparsable = judge_searchers(samples, inputs.judge, cfg.judge_max_new_tokens)
     samples = compute_rewards(samples, tokens, mode, cfg.rewards)
-    tokens = compute_advantages(samples, tokens, mode, cfg.rewards.opd_beta)
     generated = int((tokens["source"] == "generated").sum())
-    return Batch(samples, tokens, generated, unparsable)
+    informative = None
+    if cfg.oversample > 1:
+        samples, tokens, informative = filter_batch(samples, tokens, cfg.questions_per_batch)
+    tokens = compute_advantages(samples, tokens, mode, cfg.rewards.opd_beta)
+    return Batch(samples, tokens, generated, unparsable, drawn, informative)
 
 
 # --------------------------------------------------------------------------- PPO update
@@ -243,6 +255,9 @@ def batch_metrics(batch: Batch, mode: TrainingMode) -> dict[str, float]:
     out["samples"] = float(len(batch.samples))
     out["loss_tokens"] = float((tok["loss_mask"] > 0).sum())
     out["judge_unparsable"] = float(batch.judge_unparsable)
+    out["trained_questions"] = float(batch.samples["question_id"].nunique())
+    if batch.informative_questions is not None:
+        out["informative_share"] = batch.informative_questions / batch.drawn_questions
     out.update(advantage_diagnostics(batch.samples, tok, mode))
     return out
 

@@ -68,6 +68,8 @@ def _select(cfg: DictConfig, dotted: str) -> Any:
 def mismatches(verl_cfg: DictConfig, cfg: TrainConfig) -> list[str]:
     """'key: verl value != params value' for every number the two disagree on."""
     out = []
+    if cfg.oversample != 1:
+        out.append(f"train.systems oversample: the verl path has no group filter, expected 1, got {cfg.oversample}")
     for key, want in expected_values(cfg).items():
         got = _select(verl_cfg, key)
         if got != want:

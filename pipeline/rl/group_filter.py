@@ -1,0 +1,44 @@
+"""Dynamic sampling (DAPO's group filter): train only on questions whose trajectories disagree.
+
+A question whose trajectories all reach the same team outcome R_EM gives its outcome-reward
+GRPO groups nothing to compare but the Searcher's behaviour bonus, which the group std scales
+up to advantages of +-1 (the drift to more searches of the committed Teacher runs). So a step
+of the Teacher rolls out `oversample` x `questions_per_batch` questions and trains on the first
+`questions_per_batch` of them, in draw order, whose trajectories' R_EM differ.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from pipeline.rl.checks import require_columns
+
+
+def informative_questions(samples: pd.DataFrame) -> list[str]:
+    """Question ids, in order of first appearance, whose trajectories' team outcome `r_em` differs."""
+    require_columns(samples, ["question_id", "trajectory_id", "r_em"], "samples")
+    per_trajectory = samples.groupby(["question_id", "trajectory_id"], sort=False)["r_em"].first()
+    per_question = per_trajectory.groupby(level="question_id", sort=False)
+    spread = per_question.max() - per_question.min()
+    return [q for q, s in spread.items() if s > 0]
+
+
+def keep_questions(samples: pd.DataFrame, tokens: pd.DataFrame, question_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The samples of `question_ids` and their tokens (every sample of a question is kept)."""
+    require_columns(samples, ["sample_id", "question_id"], "samples")
+    require_columns(tokens, ["sample_id"], "tokens")
+    kept = samples[samples["question_id"].isin(set(question_ids))].reset_index(drop=True)
+    return kept, tokens[tokens["sample_id"].isin(set(kept["sample_id"]))].reset_index(drop=True)
+
+
+def filter_batch(
+    samples: pd.DataFrame, tokens: pd.DataFrame, questions_per_batch: int
+) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Keep the first `questions_per_batch` informative questions; with none, the first
+    `questions_per_batch` questions drawn (as without the filter). Also returns how many of the
+    drawn questions were informative."""
+    informative = informative_questions(samples)
+    drawn = list(dict.fromkeys(samples["question_id"]))
+    chosen = (informative or drawn)[:questions_per_batch]
+    kept_samples, kept_tokens = keep_questions(samples, tokens, chosen)
+    return kept_samples, kept_tokens, len(informative)
