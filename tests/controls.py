@@ -77,12 +77,12 @@ def signals(grpo: float = 1.0, opd: float = 1.0) -> Iterator[None]:
 
 
 def control_config(mode: str, *, lr: float, questions: int = 4, trajectories: int = 4, candidates: int = 4,
-                   seed: int = 0, oversample: int = 1, **rollout) -> TrainConfig:
+                   seed: int = 0, **rollout) -> TrainConfig:
     sampling = dict(top_k=2, n_candidates=candidates, max_searcher_turns=3, leader_max_new_tokens=48,
                     searcher_max_new_tokens=32, answerer_max_new_tokens=16, temperature=1.0, top_p=1.0)
     cfg = workflow_cfg(**{**sampling, **rollout})
     return TrainConfig(
-        mode=mode, steps=1, seed=seed, questions_per_batch=questions, oversample=oversample,
+        mode=mode, steps=1, seed=seed, questions_per_batch=questions, oversample=1,
         trajectories_per_question=trajectories,
         lr=lr, entropy_coef=0.0, eval_every=1_000, dev_questions=1, checkpoint_every=1_000, audit_every=1_000,
         judge_max_new_tokens=8, rollout=cfg, dev_rollout=replace(cfg, n_candidates=1), optim=OPTIM, rewards=REWARDS,
