@@ -337,7 +337,7 @@ def test_length_buckets_respect_the_budget_and_cover_every_sample():
 
 
 def test_dev_sample_mixes_the_datasets_and_is_fixed():
-    from pipeline.rl.trainer import dev_sample
+    from pipeline.data.dev_sample import dev_sample
 
     dev = pd.DataFrame({"dataset": ["hotpotqa"] * 128 + ["nq"] * 128, "id": [f"d{i}" for i in range(256)]})
     picked = dev_sample(dev, 64, seed=5)

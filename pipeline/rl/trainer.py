@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 
 from pipeline.agents import run_workflow, to_tables
 from pipeline.code_version import code_version
+from pipeline.data.dev_sample import dev_sample
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
 from pipeline.policy.base import PolicyBackend
@@ -260,15 +261,6 @@ def batch_metrics(batch: Batch, mode: TrainingMode) -> dict[str, float]:
         out["informative_share"] = batch.informative_questions / batch.drawn_questions
     out.update(advantage_diagnostics(batch.samples, tok, mode))
     return out
-
-
-def dev_sample(dev: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
-    """The same `n` dev questions at every evaluation of every system: a seeded draw, in dev's
-    order, so that every training dataset is in it (the dev split is stored dataset by dataset)."""
-    if n >= len(dev):
-        return dev
-    keep = np.sort(np.random.default_rng(seed).choice(len(dev), size=n, replace=False))
-    return dev.iloc[keep]
 
 
 def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | None = None) -> dict[str, float]:

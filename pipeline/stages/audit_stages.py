@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.config import Params, workflow_config
+from pipeline.data.dev_sample import dev_sample
 from pipeline.domain import WORKFLOWS
 from pipeline.errors import ValidationFailed
 from pipeline.io import write_parquet
@@ -41,7 +42,7 @@ def run_validate_masks(params: Params, root: Path) -> dict:
     paths = Paths(root)
     cfg_params = params.validate_masks
     with stage_run("validate_masks", params.profile, cfg_params.model_dump(), root=root) as mlf:
-        dev = read_split(root, "dev").head(cfg_params.questions)
+        dev = dev_sample(read_split(root, "dev"), cfg_params.questions, cfg_params.seed)
         backend = open_policy(model_dir(root, "base"))
         retriever = open_retriever(root)
         cfg = workflow_config(params, params.eval.rollout, params.common.protocol.train_candidates)

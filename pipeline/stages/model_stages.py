@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Params, workflow_config
+from pipeline.data.dev_sample import dev_sample
 from pipeline.io import write_json
 from pipeline.paths import model_dir
 from pipeline.stages.inputs import open_policy, open_retriever, read_corpus, read_split
@@ -60,11 +61,12 @@ def run_base_model(params: Params, root: Path) -> dict:
 
 
 def measure_behaviour(params: Params, root: Path, base_dir: Path) -> dict:
-    """pipeline.basemodel.behaviour on the first `behaviour_questions` dev questions, with the
-    model in `base_dir`, at the evaluation's sampling temperature and seed."""
+    """pipeline.basemodel.behaviour on `behaviour_questions` dev questions (a draw over both
+    training datasets), with the model in `base_dir`, at the evaluation's sampling temperature
+    and seed."""
     from pipeline.basemodel.behaviour import measure_behaviour as measure
 
-    dev = read_split(root, "dev").head(params.base_model.behaviour_questions)
+    dev = dev_sample(read_split(root, "dev"), params.base_model.behaviour_questions, params.eval.seed)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     return measure(open_policy(base_dir, max_batch_size=BEHAVIOUR_BATCH), open_retriever(root), dev, cfg,
                    params.eval.seed)

@@ -1,0 +1,74 @@
+"""Paired dev gaps of trained models to a reference model, for choosing training sizes on dev.
+
+Scores every model (cascade workflow) on all dev questions x 4 runs with one eval seed, so the
+models share their random numbers (common random numbers, as the test evaluation does), then
+prints each model's macro avg@4 gap to the first one with its paired bootstrap 95% interval.
+Each model's records go under OUT/<label> (evaluate_system's shards). Dev only: it decides
+nothing on test.
+Run from the repo root, after `make repro` (or in a clone that has data/splits and data/index):
+    python scripts/dev_gap.py OUT base=data/models/base t32=data/models/teacher [label=model ...]
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.config import load_params, workflow_config
+from pipeline.errors import InputError
+from pipeline.eval.bootstrap import paired_bootstrap
+from pipeline.eval.records import per_question_scores
+from pipeline.eval.run import evaluate_system
+from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
+
+RUNS, SEED, DRAWS, SHARD = 4, 1, 4000, 32
+
+
+def main(out: Path, models: list[tuple[str, Path]]) -> None:
+    if len(models) < 2:
+        raise InputError("dev_gap: give OUT and at least two label=model_dir arguments (the first is the reference)")
+    for _, model in models:
+        require_model(model)
+    root = Path(".")
+    params = load_params("params.yaml")
+    dev, retriever = read_split(root, "dev"), open_retriever(root)
+    cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
+    records = []
+    for label, model in models:
+        start = time.perf_counter()
+        r = evaluate_system(dev, open_eval_backend(model), retriever, cfg, RUNS, SHARD, out / label, SEED,
+                            system=label, workflow="cascade", progress=False).records
+        records.append(r)
+        print(f"{label} ({model}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
+              f"{r['search_actions'].mean():.2f} searches per workflow [{time.perf_counter() - start:.0f} s]", flush=True)
+    scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
+    reference = models[0][0]
+    print(f"dev ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to {reference}, "
+          f"paired bootstrap 95% interval")
+    for label, _ in models[1:]:
+        gap = paired_bootstrap(scores, reference, label, draws=DRAWS, seed=0, level=0.95)
+        print(f"  {label} - {reference}: {gap['diff']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}]")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path]]]:
+    if not args:
+        raise InputError("dev_gap: usage: python scripts/dev_gap.py OUT label=model_dir label=model_dir ...")
+    models = []
+    for arg in args[1:]:
+        label, sep, model = arg.partition("=")
+        if not sep or not label or not model:
+            raise InputError(f"dev_gap: argument {arg!r}: expected label=model_dir")
+        models.append((label, Path(model)))
+    return Path(args[0]), models
+
+
+if __name__ == "__main__":
+    try:
+        main(*_parse(sys.argv[1:]))
+    except InputError as err:
+        sys.exit(f"error: {err}")
