@@ -107,7 +107,7 @@ def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
     torch.set_num_threads(params.base_model.threads)
     for temperature in args.temperature or [params.eval.rollout.temperature]:
         for seed in args.seed or [params.eval.seed]:
-            b = measure_behaviour(with_eval_sampling(params, temperature, seed), root, root / args.model)
+            b = measure_behaviour(with_eval_sampling(params, temperature), root, root / args.model, sampling_seed=seed)
             line = {"temperature": temperature, "seed": seed,
                     **{f"{w}_{k}": round(b[w][k], 4) for w in ("cascade", "hierarchy") for k in ("em", "em_single_hop")},
                     **{f"wellformed_{r}": round(v, 4) for r, v in b["wellformed"].items()}}

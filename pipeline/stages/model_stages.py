@@ -60,16 +60,17 @@ def run_base_model(params: Params, root: Path) -> dict:
     return summary
 
 
-def measure_behaviour(params: Params, root: Path, base_dir: Path) -> dict:
+def measure_behaviour(params: Params, root: Path, base_dir: Path, *, sampling_seed: int | None = None) -> dict:
     """pipeline.basemodel.behaviour on `behaviour_questions` dev questions (a draw over both
-    training datasets), with the model in `base_dir`, at the evaluation's sampling temperature
-    and seed."""
+    training datasets, keyed by the evaluation's seed), with the model in `base_dir`, at the
+    evaluation's sampling temperature; sampled with `sampling_seed`, by default the evaluation's
+    seed (another seed samples the same questions with other random numbers)."""
     from pipeline.basemodel.behaviour import measure_behaviour as measure
 
     dev = dev_sample(read_split(root, "dev"), params.base_model.behaviour_questions, params.eval.seed)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     return measure(open_policy(base_dir, max_batch_size=BEHAVIOUR_BATCH), open_retriever(root), dev, cfg,
-                   params.eval.seed)
+                   params.eval.seed if sampling_seed is None else sampling_seed)
 
 
 def _flat_metrics(behaviour: dict) -> dict[str, float]:
