@@ -1,0 +1,31 @@
+"""scripts/dev_gap.py: its arguments are checked before anything is loaded."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import InputError
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dev_gap.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("dev_gap_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_arguments_are_label_model_pairs_and_a_reference_is_needed(tmp_path):
+    dev_gap = _load()
+    out, models = dev_gap._parse(["out", "base=data/models/base", "t32=x/teacher"])
+    assert out == Path("out") and models == [("base", Path("data/models/base")), ("t32", Path("x/teacher"))]
+    with pytest.raises(InputError, match="'oops': expected label=model_dir"):
+        dev_gap._parse(["out", "base=a", "oops"])
+    with pytest.raises(InputError, match="usage"):
+        dev_gap._parse([])
+    with pytest.raises(InputError, match="at least two"):
+        dev_gap.main(tmp_path, [("base", tmp_path)])
+    with pytest.raises(InputError, match="model folder missing"):
+        dev_gap.main(tmp_path, [("base", tmp_path / "none"), ("t", tmp_path / "none")])
