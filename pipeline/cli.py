@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
                            help="sampling temperatures (default: the profile's eval temperature)")
     behaviour.add_argument("--seed", type=int, nargs="+", default=None,
                            help="sampling seeds (default: the profile's eval seed)")
+    behaviour.add_argument("--questions", type=int, default=None,
+                           help="dev questions, drawn as base_model draws them (default: the profile's "
+                                "base_model.behaviour_questions; at least dev's size: all of dev)")
     sub.add_parser("plots-template", help="write the offline HTML template of `dvc plots show`")
     sub.add_parser("mlflow-links", help="print each experiment's link into the MLflow UI (model-training view)")
     return p
@@ -101,14 +104,19 @@ def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
     """One JSON line per (temperature, seed): the headline figures of base_behaviour.json."""
     import torch
 
-    from pipeline.config import with_eval_sampling
+    from pipeline.config import with_behaviour_questions, with_eval_sampling
     from pipeline.stages.model_stages import measure_behaviour
 
+    if args.questions is not None:
+        if args.questions < 1:
+            raise ConfigError(f"--questions: expected >= 1, got {args.questions}")
+        params = with_behaviour_questions(params, args.questions)
     torch.set_num_threads(params.base_model.threads)
     for temperature in args.temperature or [params.eval.rollout.temperature]:
         for seed in args.seed or [params.eval.seed]:
             b = measure_behaviour(with_eval_sampling(params, temperature), root, root / args.model, sampling_seed=seed)
-            line = {"temperature": temperature, "seed": seed,
+            line = {"temperature": temperature, "seed": seed, "questions": b["questions"],
+                    "single_hop_questions": b["cascade"]["single_hop_questions"],
                     **{f"{w}_{k}": round(b[w][k], 4) for w in ("cascade", "hierarchy") for k in ("em", "em_single_hop")},
                     **{f"wellformed_{r}": round(v, 4) for r, v in b["wellformed"].items()}}
             print(json.dumps(line), flush=True)

@@ -406,6 +406,12 @@ def with_eval_sampling(params: Params, temperature: float | None = None, seed: i
     return params.model_copy(update={"active": params.active.model_copy(update={"eval": evaluation})})
 
 
+def with_behaviour_questions(params: Params, questions: int) -> Params:
+    """A copy of `params` whose base-model behaviour check draws `questions` dev questions."""
+    base_model = params.base_model.model_copy(update={"behaviour_questions": questions})
+    return params.model_copy(update={"active": params.active.model_copy(update={"base_model": base_model})})
+
+
 def workflow_config(params: Params, rollout: RolloutParams, n_candidates: int):
     """The agents' WorkflowConfig from the protocol constants and one rollout section."""
     from pipeline.agents.workflow_config import WorkflowConfig

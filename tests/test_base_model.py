@@ -159,6 +159,11 @@ def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retr
     assert {k: v for k, v in greedy[0].items() if k != "seed"} == {k: v for k, v in greedy[1].items() if k != "seed"}
     assert set(greedy[0]) >= {"cascade_em_single_hop", "hierarchy_em", "wellformed_searcher"}
     assert cli_main([*base, "--temperature", "-1"]) == 2
+    assert all(g["questions"] == params.base_model.behaviour_questions for g in greedy)
+    assert cli_main([*base, "--temperature", "0", "--questions", "2"]) == 0
+    fewer = json.loads(capsys.readouterr().out)
+    assert fewer["questions"] == 2 and fewer["single_hop_questions"] <= 2
+    assert cli_main([*base, "--questions", "0"]) == 2
 
 
 def _fake_model_folder(path: Path) -> Path:

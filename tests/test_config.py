@@ -52,6 +52,16 @@ def test_with_eval_sampling_changes_a_copy_only():
         with_eval_sampling(params, temperature=-0.5)
 
 
+def test_with_behaviour_questions_changes_a_copy_only():
+    from pipeline.config import with_behaviour_questions
+
+    params = load_params(REPO_ROOT / "params.yaml", profile="tiny")
+    other = with_behaviour_questions(params, 1024)
+    assert other.base_model.behaviour_questions == 1024
+    assert params.base_model.behaviour_questions == 256
+    assert other.base_model.sft == params.base_model.sft and other.eval == params.eval
+
+
 def test_unknown_key_is_named(tmp_path):
     path = _write(tmp_path, lambda r: r["tiny"]["data"].update(dev_sise=3))
     with pytest.raises(ConfigError, match=r"tiny\.data\.dev_sise: unknown key"):
