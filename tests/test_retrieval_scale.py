@@ -236,6 +236,7 @@ def test_the_index_stage_builds_what_params_ask_for(tmp_path, monkeypatch):
                         train_size=20)
     info = data_stages.run_index(load_params(path, profile="ci"), tmp_path)
     assert runs.params["index"]["kind"] == "ivf" and runs.metrics["passages"] == len(corpus)
+    assert runs.params["index"]["encoder_used"] == "models/e5"  # the encoder that ran, as index.json names it
     meta = json.loads((tmp_path / "data" / "index" / "index.json").read_text())
     assert info == meta and meta["index_type"] == "IndexIVFFlat" and meta["nprobe"] == 4
     assert meta["train_size"] == 20 and meta["count"] == len(corpus)

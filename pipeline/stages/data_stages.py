@@ -127,9 +127,8 @@ def run_index(params: Params, root: Path) -> dict:
 
     paths = Paths(root)
     ip = params.index
-    with stage_run("index", params.profile, ip.model_dump(), root=root) as mlf:
-        concrete = concrete_encoder(ip.encoder)  # "auto" names the one this CPU runs fast
-        mlf.log_params({"encoder_used": concrete})
+    concrete = concrete_encoder(ip.encoder)  # "auto" names the one this CPU runs fast
+    with stage_run("index", params.profile, {**ip.model_dump(), "encoder_used": concrete}, root=root) as mlf:
         encoder = make_encoder(concrete, device=ip.device, root=root)
         name = encoder_ref(concrete, root)  # relative to the root: any checkout opens the index
         start = time.perf_counter()
