@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline.domain import DATASETS
 from pipeline.errors import ConfigError
+from pipeline.precision import Bf16Setting
 
 PROFILES = ("tiny", "ci", "paper")
 PROFILE_ENV = "MAOPD_PROFILE"
@@ -285,7 +286,7 @@ class BaseModelParams(_Strict):
     max_token_bytes: int | None = Field(default=None, gt=1)  # BPE merge cap; None: uncapped
     # scratch training under bfloat16 autocast (weights stay float32); auto: where the CPU computes
     # bfloat16 natively (pipeline.precision)
-    bf16: bool | Literal["auto"] = False
+    bf16: Bf16Setting = False
     reading_texts: int = Field(default=0, ge=0)  # copy-forcing pre-training transcripts (basemodel.reading_texts)
     model: BaseModelShape | None = None
     pretrain: PretrainParams | None = None

@@ -23,10 +23,6 @@ def test_auto_follows_the_cpu_and_explicit_settings_do_not(monkeypatch, native):
         assert concrete_encoder(name) == name
 
 
-def test_the_cpu_check_answers_a_bool():
-    assert precision.cpu_has_native_bf16() in (True, False)
-
-
 def test_an_auto_encoder_is_built_as_the_concrete_one(monkeypatch):
     from pipeline.retrieval.encoders import make_encoder
 
