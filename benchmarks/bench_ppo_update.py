@@ -9,6 +9,10 @@ Qwen3 (hidden 192, 3 layers) with random weights.
 Run: .venv/bin/python -m benchmarks.bench_ppo_update
 Target: the micro-batched update is >= 2x faster than one padded pass per minibatch, and both
 give the same weights (max |difference| printed).
+
+It also times the micro-batched update under the eager attention kernel against the model's own
+(SDPA), with their weight difference: a figure for choosing the PPO pass's kernel (no target;
+eager is 1.14x faster for pre-training's 256-token windows, see bench_lm_training.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pipeline.basemodel.lm_training import _attention
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.config import load_params
@@ -56,6 +61,10 @@ def update(backend: HFBackend, start: dict, batch: trainer.Batch, cfg, budget: i
     return time.perf_counter() - began, {k: v.clone() for k, v in backend.model.state_dict().items()}
 
 
+def max_difference(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
 def main() -> None:
     torch.set_num_threads(2)
     texts = [f"fact {i}: the city of place {i % 37} lies in country {i % 11}." for i in range(400)]
@@ -68,13 +77,18 @@ def main() -> None:
     update(backend, start, batch, cfg, default)  # warm-up
     padded_s, padded_w = update(backend, start, batch, cfg, 10**12)
     micro_s, micro_w = update(backend, start, batch, cfg, default)
-    diff = max(float((micro_w[k] - padded_w[k]).abs().max()) for k in padded_w)
+    with _attention(backend.model, "eager"):
+        update(backend, start, batch, cfg, default)  # warm-up
+        eager_s, eager_w = update(backend, start, batch, cfg, default)
+    diff = max_difference(micro_w, padded_w)
     ratio = padded_s / micro_s
     print(f"samples={SAMPLES} loss tokens={len(batch.tokens)} minibatches={cfg.optim.n_minibatches} "
           f"threads={torch.get_num_threads()}")
     print(f"one padded pass per minibatch: {padded_s:.2f} s")
     print(f"micro-batches of <= {default} padded tokens: {micro_s:.2f} s")
     print(f"ratio: {ratio:.2f}x (target >= {TARGET:.0f}x); max |weight difference| {diff:.2e}")
+    print(f"micro-batches, eager attention kernel: {eager_s:.2f} s; sdpa / eager {micro_s / eager_s:.2f}x; "
+          f"max |weight difference| {max_difference(micro_w, eager_w):.2e}")
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print("PASS" if ratio >= TARGET and diff < 1e-4 else "FAIL",
           f"micro-batched update >= {TARGET:.0f}x and the same weights")
