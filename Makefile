@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup repro test test-fast bench clean-venv prefect-up prefect-down mlflow-ui browser-check
+.PHONY: setup repro lint test test-fast bench clean-venv prefect-up prefect-down mlflow-ui browser-check dvc-yaml
 
 setup: $(STAMP) $(PLOTS_TEMPLATE)
 
@@ -35,11 +35,21 @@ $(PLOTS_TEMPLATE): $(STAMP)
 repro: setup
 	$(BIN)/dvc repro
 
-test: setup
+# ruff (pyproject.toml's rules) and dvc.yaml current with pipeline/stages/dag.py
+lint: setup
+	$(BIN)/ruff check pipeline flows tests scripts benchmarks
+	$(BIN)/python -m pipeline dvc-yaml --check
+
+test: lint
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
+# the suite without the end-to-end runs (marked slow)
+test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# after editing pipeline/stages/dag.py or a stage's imports
+dvc-yaml: setup
+	$(BIN)/python -m pipeline dvc-yaml
 
 bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

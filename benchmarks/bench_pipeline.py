@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.repo_copy import copy_repo  # noqa: E402
+from pipeline.repo_copy import copy_repo
 
-TRAINING = ("teacher", "team", "prompted_critic", "ablation@")
+TRAINING = ("train@",)
 FOUNDATION = ("splits", "corpus", "validate_splits", "index")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline.basemodel.lm_training import _attention
+from pipeline.basemodel.lm_training import attention_kernel
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.config import load_params
@@ -70,14 +70,14 @@ def main() -> None:
     texts = [f"fact {i}: the city of place {i % 37} lies in country {i % 11}." for i in range(400)]
     tokenizer = train_bpe_tokenizer(texts, vocab_size=3000)
     backend = HFBackend(build_tiny_qwen3(tokenizer, seed=0), tokenizer)
-    cfg = train_config(load_params(ROOT / "params.yaml", "tiny"), "teacher")
+    cfg = train_config(load_params(ROOT / "params.yaml", "tiny"), "c_mas_rl")
     batch = rollout_batch(len(tokenizer))
     start = copy.deepcopy(backend.model.state_dict())
     default = trainer.MICRO_BATCH_TOKENS
     update(backend, start, batch, cfg, default)  # warm-up
     padded_s, padded_w = update(backend, start, batch, cfg, 10**12)
     micro_s, micro_w = update(backend, start, batch, cfg, default)
-    with _attention(backend.model, "eager"):
+    with attention_kernel(backend.model, "eager"):
         update(backend, start, batch, cfg, default)  # warm-up
         eager_s, eager_w = update(backend, start, batch, cfg, default)
     diff = max_difference(micro_w, padded_w)

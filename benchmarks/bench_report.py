@@ -17,9 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import load_params  # noqa: E402
-from pipeline.eval.synthetic import synthetic_records  # noqa: E402
-from pipeline.systems import SYSTEMS, eval_dir  # noqa: E402
+from pipeline.config import load_params
+from pipeline.eval.synthetic import synthetic_records
+from pipeline.paths import eval_dir
+from pipeline.systems import BY_NAME, SYSTEMS
 
 TARGET_S = 30.0
 REPO = Path(__file__).resolve().parents[1]
@@ -42,13 +43,13 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_report."))
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
     os.environ["MLFLOW_ARTIFACT_ROOT"] = (tmp / "artifacts").as_uri()
-    from pipeline.stages.eval_stages import run_report
+    from pipeline.stages.report import run_report
     from pipeline.tracking import stage_run
 
     ok = True
     for profile in ("tiny", "paper"):
         params = load_params(REPO / "params.yaml", profile=profile)
-        with stage_run("team", profile, tags={"system": "multiagent_opd"}, root=tmp) as mlf:
+        with stage_run(BY_NAME["multiagent_opd"].train_stage, profile, tags={"system": "multiagent_opd"}, root=tmp) as mlf:
             for step in range(0, 400, 10):
                 mlf.log_metrics({"dev_em": 0.2 + step / 4000, "dev_no_search_share": 0.01}, step=step)
         root = tmp / profile

@@ -6,10 +6,10 @@ check them without starting a server.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
-GPU_STAGE_PREFIXES = ("base_model", "validate_masks", "teacher", "team", "ablation", "prompted_critic", "evaluate")
+GPU_STAGE_PREFIXES = ("base_model", "validate_masks", "train", "evaluate")
 
 
 def stage_graph(root: Path) -> dict[str, list[str]]:

@@ -21,8 +21,9 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
@@ -194,7 +195,7 @@ def paper_flow(profile: str | None = None, stages: list[str] | None = None, chec
             statuses[stage] = future.result()["status"]
         except UnfinishedRun:  # an upstream stage failed: this one never started
             statuses[stage] = "not run"
-        except Exception as error:  # noqa: BLE001 (the stage's own failure, after its retries: raised below)
+        except Exception as error:
             statuses[stage] = "failed"
             errors.append(error)
     create_markdown_artifact(

@@ -26,9 +26,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -79,7 +80,7 @@ def dvc_executable() -> str:
     return str(candidate) if candidate.exists() else "dvc"
 
 
-def stage_env(layout: "RunLayout") -> dict[str, str]:
+def stage_env(layout: RunLayout) -> dict[str, str]:
     """The environment of every `dvc` call: stage commands call `python` (this interpreter),
     track into the checkout's MLflow store, tag runs with the checkout's commit, flush their
     output line by line and draw no progress bars (the lines go to Prefect's log)."""
@@ -137,7 +138,7 @@ class RunLayout:
     profile: str
 
     @classmethod
-    def for_profile(cls, checkout: Path, profile: str | None) -> "RunLayout":
+    def for_profile(cls, checkout: Path, profile: str | None) -> RunLayout:
         checkout = Path(checkout).resolve()
         return cls(checkout, profile or checkout_profile(checkout))
 
@@ -297,7 +298,7 @@ class _Clock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
-    def __call__(self, phase: str) -> "_Phase":
+    def __call__(self, phase: str) -> _Phase:
         return _Phase(self, phase)
 
 

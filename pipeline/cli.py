@@ -8,6 +8,7 @@
   behaviour             a model's behaviour on dev (as in base_model) at other sampling temperatures and seeds
   plots-template        write the offline page `dvc plots show` fills (Vega inlined; `make setup` runs it)
   mlflow-links          print each experiment's link into the MLflow UI (model-training view)
+  dvc-yaml              write dvc.yaml from pipeline/stages/dag.py (--check: only say whether it is current)
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import load_params
+from pipeline.config import load_params, recording_reads
 from pipeline.errors import ConfigError, InputError, ValidationFailed
 from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, ServerLimits
-from pipeline.rl.modes import BY_TRAIN_KEY
+from pipeline.systems import BY_NAME, TRAINED
+
+STAGE_READS_ENV = "MAOPD_STAGE_READS"  # a folder: each stage run writes <stage>.json there (what it read)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one pipeline stage")
     run.add_argument("stage", choices=sorted(STAGES))
-    run.add_argument("arg", nargs="?", default=None, help="the foreach item of the stage (system, ablation)")
+    run.add_argument("arg", nargs="?", default=None, help="the system of `train` and `evaluate` (pipeline.systems)")
     sub.add_parser("check-params", help="validate params.yaml")
     serve = sub.add_parser("serve-retriever", help="serve an index over HTTP (Search-R1 /retrieve API)")
     serve.add_argument("--index", default="data/index", help="index folder of the `index` stage (default)")
@@ -76,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     policy.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait until ready")
     policy.add_argument("--log", default=None, help="server log file (default: this terminal)")
     verl = sub.add_parser("train-verl", help="the verl command of a training stage (docs/verl.md)")
-    verl.add_argument("stage", choices=sorted(BY_TRAIN_KEY), help="a params.yaml train.systems key")
+    verl.add_argument("stage", choices=[s.name for s in TRAINED], help="a trained system (its train.systems key)")
     verl.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                       help="an extra verl config override (repeatable)")
     verl.add_argument("--retriever-url", default="http://127.0.0.1:8000/retrieve")
@@ -97,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "base_model.behaviour_questions; at least dev's size: all of dev)")
     sub.add_parser("plots-template", help="write the offline HTML template of `dvc plots show`")
     sub.add_parser("mlflow-links", help="print each experiment's link into the MLflow UI (model-training view)")
+    dag = sub.add_parser("dvc-yaml", help="write dvc.yaml from the stage table and the stages' imports")
+    dag.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from what it would write")
     return p
 
 
@@ -105,7 +110,7 @@ def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
     import torch
 
     from pipeline.config import with_behaviour_questions, with_eval_sampling
-    from pipeline.stages.model_stages import measure_behaviour
+    from pipeline.stages.base_model import measure_behaviour
 
     if args.questions is not None:
         if args.questions < 1:
@@ -121,6 +126,17 @@ def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
                     **{f"wellformed_{r}": round(v, 4) for r, v in b["wellformed"].items()}}
             print(json.dumps(line), flush=True)
     return 0
+
+
+def _write_reads(path: Path, params_read: set[str]) -> None:
+    """What a stage read: params.yaml keys and the project's modules it loaded (tests/test_dvc_dag.py)."""
+    from pipeline.io import write_json
+
+    package = Path(__file__).resolve().parent
+    modules = sorted(Path(m.__file__).resolve().relative_to(package.parent).as_posix()
+                     for m in list(sys.modules.values())
+                     if getattr(m, "__file__", None) and Path(m.__file__).resolve().is_relative_to(package))
+    write_json(path, {"params": sorted(params_read), "modules": modules})
 
 
 def _append_timing(root: Path, timing: dict) -> None:
@@ -232,17 +248,37 @@ def main(argv: list[str] | None = None) -> int:
 
             print("\n".join(experiment_links(tracking_uri(root))) or "no experiment yet: run a stage first")
             return 0
+        if args.command == "dvc-yaml":
+            from pipeline.stages.dag import render
+
+            path = root / "dvc.yaml"
+            text = render()
+            if args.check:
+                current = path.read_text() if path.is_file() else ""
+                print(f"{path}: " + ("current" if current == text else "differs; run `python -m pipeline dvc-yaml`"))
+                return 0 if current == text else 1
+            from pipeline.io import write_text
+
+            write_text(path, text)
+            print(path)
+            return 0
         if args.command == "plots-template":
             from pipeline.report.offline_plots import write_template
 
             print(write_template(root))
             return 0
-        from pipeline.stages import STAGES
+        from pipeline.stages import STAGES, TAKES_SYSTEM
 
+        if (args.stage in TAKES_SYSTEM) != (args.arg is not None):
+            raise InputError(f"run {args.stage}: " + (f"expected a system, one of {', '.join(BY_NAME)}"
+                                                      if args.stage in TAKES_SYSTEM else "takes no argument"))
         fn = STAGES[args.stage]
-        started = time.perf_counter()
-        summary = fn(params, root, args.arg) if args.arg is not None else fn(params, root)
         name = args.stage if args.arg is None else f"{args.stage}@{args.arg}"
+        started = time.perf_counter()
+        with recording_reads(params) as reads:
+            summary = fn(params, root, args.arg) if args.arg is not None else fn(params, root)
+        if os.environ.get(STAGE_READS_ENV):
+            _write_reads(Path(os.environ[STAGE_READS_ENV]) / f"{name}.json", reads)
         timing = {"stage": name, "profile": params.profile, "seconds": round(time.perf_counter() - started, 2),
                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
         _append_timing(root, timing)

@@ -10,6 +10,9 @@ impossible value raises ConfigError naming the key.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,8 +27,45 @@ PROFILES = ("tiny", "ci", "paper")
 PROFILE_ENV = "MAOPD_PROFILE"
 
 
+class _Reads:
+    """The params.yaml keys read while recording (see `recording_reads`)."""
+
+    def __init__(self, params: Params) -> None:
+        self.keys: set[str] = set()
+        self.paths: dict[int, str] = {}
+        self._map(params, "")
+        self.paths[id(params.active)] = params.profile  # the active section is `<profile>` in the file
+        self._map(params.active, params.profile)
+
+    def _map(self, model: BaseModel, path: str) -> None:
+        self.paths[id(model)] = path
+        for name in type(model).model_fields:
+            value = model.__dict__[name]
+            if isinstance(value, BaseModel) and name != "active":
+                self._map(value, f"{path}.{name}".lstrip("."))
+
+
+_READS: ContextVar[_Reads | None] = ContextVar("params_reads", default=None)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        reads = _READS.get()
+        if reads is not None and not name.startswith("_") and name in type(self).model_fields \
+                and not isinstance(value, BaseModel):
+            path = reads.paths.get(id(self))
+            if path is not None:
+                reads.keys.add(f"{path}.{name}".lstrip("."))
+        return value
+
+    def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        reads = _READS.get()
+        if reads is not None and id(self) in reads.paths:
+            reads.keys.add(reads.paths[id(self)])
+        return super().model_dump(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------- common
@@ -142,7 +182,7 @@ class IndexParams(_Strict):
     gpu_fp16: bool = False  # faiss-gpu: vectors stored in float16 on the GPU
 
     @model_validator(mode="after")
-    def _spec(self) -> "IndexParams":
+    def _spec(self) -> IndexParams:
         from pipeline.errors import InputError
 
         if self.kind == "prebuilt":
@@ -204,7 +244,7 @@ class TrainShared(_Strict):
 
 
 class TrainSystem(_Strict):
-    """One training stage's own numbers (DVC param key `<profile>.train.systems.<key>`)."""
+    """One training stage's own numbers (DVC param key `<profile>.train.systems.<system>`)."""
 
     steps: int = Field(gt=0)
     seed: int
@@ -214,12 +254,14 @@ class TrainSystem(_Strict):
 
 
 class TrainSystems(_Strict):
-    teacher: TrainSystem
-    team: TrainSystem
+    """One entry per trained system of pipeline.systems (tests/test_systems_registry.py keeps the two equal)."""
+
+    c_mas_rl: TrainSystem
+    multiagent_opd: TrainSystem
     prompted_critic: TrainSystem
-    outcome_rl_searcher: TrainSystem
-    base_teacher: TrainSystem
-    no_searcher_supervision: TrainSystem
+    ablation_outcome_rl_searcher: TrainSystem
+    ablation_base_teacher: TrainSystem
+    ablation_no_searcher_supervision: TrainSystem
 
 
 class TrainParams(_Strict):
@@ -294,7 +336,7 @@ class BaseModelParams(_Strict):
     demos: DemoParams | None = None
 
     @model_validator(mode="after")
-    def _kind(self) -> "BaseModelParams":
+    def _kind(self) -> BaseModelParams:
         if self.kind == "local" and not self.path:
             raise ValueError("kind 'local' needs `path`, the model folder relative to the repository root")
         if self.kind == "scratch":
@@ -398,6 +440,19 @@ def load_params(path: str | os.PathLike = "params.yaml", profile: str | None = N
     # is caught on a laptop before it costs a GPU job.
     sections = {name: _validate(ProfileParams, raw[name], path, name) for name in PROFILES if name in raw}
     return Params(profile=profile, common=common, active=sections[profile], source=str(path))
+
+
+@contextmanager
+def recording_reads(params: Params) -> Iterator[set[str]]:
+    """Record the params.yaml keys (`profile`, `common.optim.lr`, `tiny.eval.rollout`, ...) that
+    code reads from `params` inside the block: a field read names its key, a `model_dump()` its
+    section. What tests/test_dvc_dag.py compares with each stage's DVC params."""
+    reads = _Reads(params)
+    token = _READS.set(reads)
+    try:
+        yield reads.keys
+    finally:
+        _READS.reset(token)
 
 
 def with_eval_sampling(params: Params, temperature: float | None = None, seed: int | None = None) -> Params:

@@ -1,5 +1,5 @@
 """The names every package shares: the team's roles, the two workflows, the token sources
-of SPEC section 4, and the seven evaluation datasets of SPEC section 7."""
+of docs/method.md §4, and the seven evaluation datasets of docs/method.md §7."""
 
 from __future__ import annotations
 

@@ -12,8 +12,9 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 

@@ -1,55 +1,162 @@
-"""The eight systems of SPEC section 2: which workflow, which weights, which training mode."""
+"""The one registry of the eight systems (docs/method.md §2 and §5): each system's name, display
+name, workflow, how it is trained and its published numbers.
+
+Every other place that names a system reads this table: the DVC stages (`train@<name>`,
+`evaluate@<name>`, generated into dvc.yaml by pipeline.stages.dag), the params keys
+(`<profile>.train.systems.<name>`), the model, audit, checkpoint and evaluation folders
+(`data/{models,audit,checkpoints,eval}/<name>`), the MLflow run names (the stage names) and
+registered models (the system names), the report and the Prefect flows.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
 
+from pipeline.domain import ROLES
+from pipeline.errors import InputError
 from pipeline.paths import model_dir
+
+BASE_WEIGHTS = "base"  # data/models/base: the base model every system starts from
+ROLE_IDS: dict[str, int] = {role: i for i, role in enumerate(ROLES)}
+KL_ROLES: tuple[str, ...] = ("leader", "answerer")  # the roles whose reward carries the KL-to-Teacher term
+
+
+@dataclass(frozen=True)
+class RolePolicy:
+    """How one role is trained.
+
+    kind: "grpo" (group-relative outcome advantage), "opd" (token-level distillation
+    advantage), "none" (no loss: loss_mask forced to 0).
+    scope: the GRPO group: "question" or "request" (an Answerer answer request).
+    unit: what carries one reward inside a group: "trajectory" (one value per team
+    rollout, shared by all the role's samples of that trajectory) or "sample".
+    reward_column: "reward": the units are this role's samples, rewarded by `reward`;
+    "r_em": the units are every trajectory of the batch (also those where the role never
+    acted), rewarded by R_EM: the Leader-style advantage docs/method.md §5.4 gives the
+    outcome-RL Searcher.
+    """
+
+    kind: Literal["grpo", "opd", "none"]
+    scope: Literal["question", "request", ""] = ""
+    unit: Literal["trajectory", "sample", ""] = ""
+    reward_column: Literal["reward", "r_em"] = "reward"
+
+
+@dataclass(frozen=True)
+class Training:
+    """How a trained system is trained.
+
+    roles: how each role that acts is trained.
+    searcher_reward: the Searcher's scalar reward: "em_and_behaviour" (0.9 R_EM + 0.1 b_S,
+    Stage I), "outcome" (R_EM), "critic" (0.5 R_EM + 0.5 judge/10), or "none" (OPD or no loss:
+    no scalar reward).
+    teacher: the frozen Teacher's weights folder under data/models/ (None: no Teacher). With a
+    Teacher, the KL-to-Teacher term enters the Leader and Answerer rewards and every sample
+    with a loss token is scored by it (docs/method.md §5.2).
+    judge: the Prompted-Critic judge's weights folder (None: no judge).
+    """
+
+    roles: Mapping[str, RolePolicy]
+    searcher_reward: Literal["em_and_behaviour", "outcome", "critic", "none"]
+    teacher: str | None = None
+    judge: str | None = None
 
 
 @dataclass(frozen=True)
 class System:
-    name: str  # evaluation name, the key of data/eval/<name>/
-    label: str  # as printed in the report
-    workflow: str  # cascade | hierarchy
-    weights: str  # the model folder name under data/models/
-    mode: str | None  # training mode of pipeline.rl (None: not trained)
-    published_avg4: float  # SPEC section 9, macro avg@4 (published)
+    name: str  # the one name: DVC stages, folders, params keys, MLflow, the report
+    label: str  # as printed for people (the report, figures)
+    workflow: Literal["cascade", "hierarchy"]
+    training: Training | None  # None: the base model's weights, not trained
+    published_avg4: float  # docs/method.md §9, macro avg@4 (published)
     published_pass4: float
+
+    @property
+    def trained(self) -> bool:
+        return self.training is not None
+
+    @property
+    def weights(self) -> str:
+        """Its weights folder under data/models/."""
+        return self.name if self.trained else BASE_WEIGHTS
+
+    @property
+    def train_stage(self) -> str | None:
+        """Its training stage in dvc.yaml (and MLflow run name); None when not trained."""
+        return f"train@{self.name}" if self.trained else None
+
+    @property
+    def eval_stage(self) -> str:
+        return f"evaluate@{self.name}"
+
+    @property
+    def roles(self) -> Mapping[str, RolePolicy]:
+        return self.training.roles if self.training else MappingProxyType({})
+
+    @property
+    def trained_roles(self) -> tuple[str, ...]:
+        """Roles whose tokens carry loss (loss_mask may be 1 only for these)."""
+        return tuple(role for role, p in self.roles.items() if p.kind != "none")
+
+    @property
+    def kl_in_reward(self) -> bool:
+        return self.training is not None and self.training.teacher is not None
 
     def model_dir(self, root: Path) -> Path:
         return model_dir(root, self.weights)
 
 
+TEACHER = "c_mas_rl"  # the Stage-I Teacher: the Stage-II systems distil from its weights
+
+_LEADER = RolePolicy("grpo", "question", "trajectory")
+_ANSWERER = RolePolicy("grpo", "request", "sample")
+_OPD = RolePolicy("opd")
+
+
+def _train(searcher: RolePolicy, searcher_reward: str, teacher: str | None = TEACHER, judge: str | None = None,
+           leader: RolePolicy | None = _LEADER) -> Training:
+    roles = {"leader": leader, "searcher": searcher, "answerer": _ANSWERER}
+    return Training(MappingProxyType({r: p for r, p in roles.items() if p is not None}), searcher_reward, teacher, judge)
+
+
 SYSTEMS: tuple[System, ...] = (
-    System("c_mas_base", "C-MAS base", "cascade", "base", None, 25.09, 34.02),
-    System("c_mas_rl", "C-MAS + RL (Teacher)", "cascade", "teacher", "stage1", 36.07, 45.97),
-    System("h_mas_base", "H-MAS base", "hierarchy", "base", None, 28.60, 39.32),
-    System("prompted_critic", "Prompted Critic", "hierarchy", "prompted_critic", "prompted_critic", 34.62, 45.96),
-    System("multiagent_opd", "MultiAgent-OPD", "hierarchy", "team", "opd", 38.68, 48.73),
+    System("c_mas_base", "C-MAS base", "cascade", None, 25.09, 34.02),
+    System("c_mas_rl", "C-MAS + RL (Teacher)", "cascade",
+           _train(RolePolicy("grpo", "question", "trajectory"), "em_and_behaviour", teacher=None, leader=None),
+           36.07, 45.97),
+    System("h_mas_base", "H-MAS base", "hierarchy", None, 28.60, 39.32),
+    System("prompted_critic", "Prompted Critic", "hierarchy",
+           _train(RolePolicy("grpo", "question", "sample"), "critic", judge=BASE_WEIGHTS), 34.62, 45.96),
+    System("multiagent_opd", "MultiAgent-OPD", "hierarchy", _train(_OPD, "none"), 38.68, 48.73),
     System("ablation_outcome_rl_searcher", "ablation: outcome-RL Searcher", "hierarchy",
-           "ablation_outcome_rl_searcher", "outcome_rl_searcher", 17.78, 22.79),
+           _train(RolePolicy("grpo", "question", "trajectory", reward_column="r_em"), "outcome"), 17.78, 22.79),
     System("ablation_base_teacher", "ablation: base Teacher", "hierarchy",
-           "ablation_base_teacher", "base_teacher", 29.50, 40.86),
+           _train(_OPD, "none", teacher=BASE_WEIGHTS), 29.50, 40.86),
     System("ablation_no_searcher_supervision", "ablation: no Searcher supervision", "hierarchy",
-           "ablation_no_searcher_supervision", "no_searcher_supervision", 29.82, 39.86),
+           _train(RolePolicy("none"), "none"), 29.82, 39.86),
 )
 
-BY_NAME = {s.name: s for s in SYSTEMS}
-ABLATIONS = ("outcome_rl_searcher", "base_teacher", "no_searcher_supervision")
+BY_NAME: Mapping[str, System] = MappingProxyType({s.name: s for s in SYSTEMS})
+TRAINED: tuple[System, ...] = tuple(s for s in SYSTEMS if s.trained)
+ABLATIONS: tuple[str, ...] = tuple(s.name for s in SYSTEMS if s.name.startswith("ablation_"))
 
 
 def system(name: str) -> System:
+    """The system called `name`, or InputError naming the allowed values."""
     try:
         return BY_NAME[name]
     except KeyError:
-        raise KeyError(f"unknown system {name!r}; expected one of {', '.join(BY_NAME)}") from None
+        raise InputError(f"system: expected one of {', '.join(BY_NAME)}, got {name!r}") from None
 
 
-def trained_by(mode: str) -> System:
-    """The system a training mode (pipeline.rl.modes) trains."""
-    found = [s for s in SYSTEMS if s.mode == mode]
-    if len(found) != 1:
-        raise KeyError(f"training mode {mode!r} trains {len(found)} systems; expected exactly one")
-    return found[0]
+def trained_system(name: str) -> System:
+    """The trained system called `name` (a `<profile>.train.systems` key), or InputError."""
+    found = BY_NAME.get(name)
+    if found is None or not found.trained:
+        raise InputError(f"system: expected a trained system, one of {', '.join(s.name for s in TRAINED)}; "
+                         f"got {name!r}")
+    return found

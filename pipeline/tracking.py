@@ -14,8 +14,9 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ class CurveLogger:
         self._send(missing)
         return len(missing)
 
-    def __enter__(self) -> "CurveLogger":
+    def __enter__(self) -> CurveLogger:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -32,9 +32,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -139,7 +139,7 @@ def check_page(browser, result: PageResult, ready_js: str, timeout_s: float, sho
     page.goto(result.url, wait_until="load", timeout=timeout_s * 1000)
     try:
         page.wait_for_function(ready_js, timeout=timeout_s * 1000)
-    except Exception:  # noqa: BLE001 (playwright's TimeoutError): reported as a blank page
+    except Exception:
         result.errors.append(f"not ready within {timeout_s:.0f} s: {ready_js}")
     page.wait_for_timeout(1000)  # late errors (lazy requests, rendering)
     for status, url in failed:

@@ -349,7 +349,7 @@ def run_check(name: str, ctx: dict) -> dict:
     try:
         result = CHECKS[name](ctx)
         result["status"] = "pass" if result.pop("passed") else "fail"
-    except Exception as exc:  # noqa: BLE001 (a crash is this check's failure; the others still run)
+    except Exception as exc:
         result = {"status": "fail", "error": f"{type(exc).__name__}: {exc}",
                   "traceback": traceback.format_exc()[-4000:]}
     if cuda:

@@ -13,7 +13,7 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REAL_DATA = REPO_ROOT.parent / "shared" / "data" / "real"
+REAL_DATA_ENV = "MAOPD_REAL_DATA"  # a folder of small real public QA sets and corpora (.ci/run sets it)
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +23,10 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def real_data() -> Path:
-    if not REAL_DATA.is_dir():
-        pytest.skip(f"real data folder {REAL_DATA} is absent")
-    return REAL_DATA
+    folder = os.environ.get(REAL_DATA_ENV, "")
+    if not folder or not Path(folder).is_dir():
+        pytest.skip(f"${REAL_DATA_ENV} does not name a folder of real data ({folder!r})")
+    return Path(folder)
 
 
 @pytest.fixture
@@ -43,7 +44,8 @@ def build_ci_data(root: Path, mp: pytest.MonkeyPatch):
     """The ci profile's splits and corpus under `root`, MLflow tracked into `root` (set on `mp`,
     which the caller undoes); returns the ci params."""
     from pipeline.config import load_params
-    from pipeline.stages.data_stages import run_corpus, run_splits
+    from pipeline.stages.corpus import run_corpus
+    from pipeline.stages.splits import run_splits
 
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
     params = load_params(REPO_ROOT / "params.yaml", profile="ci")

@@ -20,8 +20,9 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI

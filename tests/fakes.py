@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from pipeline.policy.base import Generation, SamplingParams
 from pipeline.policy.sampling_seeds import sample_seeds

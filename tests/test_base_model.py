@@ -116,8 +116,9 @@ def test_a_multi_turn_searcher_demo_becomes_one_example_per_turn(demos):
 
 def test_ci_stage_writes_a_loadable_model_and_its_behaviour(ci_root, corpus_retriever, monkeypatch, tmp_path, capsys):
     from pipeline.policy.hf_backend import HFBackend
-    from pipeline.stages import STAGES, model_stages
-    from pipeline.stages.model_stages import behaviour_path
+    from pipeline.stages import STAGES
+    from pipeline.stages import base_model as model_stages
+    from pipeline.stages.base_model import behaviour_path
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setattr(model_stages, "open_retriever", lambda root: corpus_retriever)
@@ -200,7 +201,7 @@ def test_model_ref_rejects_incomplete_folders(tmp_path):
 
 
 def test_paper_profile_stage_references_the_local_model(tmp_path, monkeypatch):
-    from pipeline.stages.model_stages import run_base_model
+    from pipeline.stages.base_model import run_base_model
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     params = load_params(REPO / "params.yaml", profile="paper")

@@ -35,7 +35,7 @@ def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatch, torch_
     root = _scripted_team_root(tmp_path / "killed", tiny_tokenizer())
     with pytest.raises(Killed):
         _run_team(root, monkeypatch, die_after_checkpoint=1)
-    assert (root / "data" / "checkpoints" / "team" / "step-0001").is_dir()
+    assert (root / "data" / "checkpoints" / "multiagent_opd" / "step-0001").is_dir()
     monkeypatch.undo()  # drop the first run's dying trainer
     monkeypatch.setattr(trainer, "code_version", lambda: "another-code")
     # (without the code in the fingerprint this run resumes from step 1, as test_stage_resume shows)

@@ -70,7 +70,7 @@ def test_both_corpus_readers_agree_on_odd_lines(tmp_path):
 
 def test_corpus_stage_refuses_zero_passages(tmp_path, monkeypatch):
     from pipeline.config import load_params
-    from pipeline.stages.data_stages import run_corpus
+    from pipeline.stages.corpus import run_corpus
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     params = load_params(REPO_ROOT / "params.yaml", profile="paper")

@@ -37,13 +37,13 @@ def _dvc(args: list[str], cwd: Path) -> str:
 def built(tmp_path_factory) -> Path:
     """A copy of the repository (ci profile) whose report stage ran on synthetic records and a
     store with two trained systems' curves."""
-    from pipeline.stages.eval_stages import run_report
+    from pipeline.stages.report import run_report
 
     repo = copy_repo(tmp_path_factory.mktemp("views") / "repo", profile="ci")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo}/mlflow.db")
         mp.setenv("MLFLOW_ARTIFACT_ROOT", (repo / "mlartifacts").as_uri())
-        for stage, system in (("team", "multiagent_opd"), ("teacher", "c_mas_rl")):
+        for stage, system in (("train@multiagent_opd", "multiagent_opd"), ("train@c_mas_rl", "c_mas_rl")):
             with stage_run(stage, "ci", tags={"system": system}, root=repo) as mlf:
                 mlf.log_param("shared.dev_questions", 8)
                 for step in (0, 3, 6):

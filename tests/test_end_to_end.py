@@ -1,5 +1,7 @@
 """The whole paper on the `ci` profile: `dvc repro` from a fresh copy builds every stage,
-ends with the report, and a second `dvc repro` does nothing."""
+ends with the report, and a second `dvc repro` does nothing. Each stage records what it read
+(pipeline.cli's $MAOPD_STAGE_READS): its params must be exactly dvc.yaml's params of the stage, and
+every project module it loaded must be among its deps."""
 
 from __future__ import annotations
 
@@ -11,16 +13,25 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
+from pipeline.cli import STAGE_READS_ENV
 from pipeline.repo_copy import copy_repo
 from pipeline.systems import SYSTEMS
+from tests.test_dvc_dag import covered, load_dvc_yaml, stage_bodies
+
+# Keys no stage computes with: what MLflow stores beside the run (docs/design.md)
+NOT_DEPENDENCIES = ("ci.tracking",)
+# Keys a stage reads in another profile only
+OTHER_PROFILES = {"corpus": {"ci.data.raw_dir"}}  # the raw files' folder, read when data.source is raw (paper)
 
 pytestmark = pytest.mark.slow
 
 
 def _dvc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           STAGE_READS_ENV: str(cwd / "reads")}
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run([str(bin_dir / "dvc"), *args], cwd=cwd, env=env, capture_output=True, text=True)
 
@@ -77,3 +88,34 @@ def test_second_repro_does_nothing(built):
     proc = _dvc(["repro"], built)
     assert proc.returncode == 0, proc.stderr
     assert "Running stage" not in proc.stdout
+
+
+def _leaves(tree, prefix: str = "") -> set[str]:
+    if isinstance(tree, dict) and tree:
+        return set().union(*(_leaves(v, f"{prefix}.{k}".lstrip(".")) for k, v in tree.items()))
+    return {prefix}
+
+
+def _under(keys, leaves: set[str]) -> set[str]:
+    """The leaves of params.yaml that the keys name (a key names itself or a section)."""
+    return {leaf for leaf in leaves for key in keys if leaf == key or leaf.startswith(key + ".")}
+
+
+def test_every_stage_declares_exactly_the_params_it_read(built):
+    raw = yaml.safe_load((built / "params.yaml").read_text())
+    leaves = {x for x in _leaves(raw) if x.split(".")[0] in ("profile", "common", "ci")}
+    wrong = {}
+    for name, body in stage_bodies(load_dvc_yaml(built / "dvc.yaml")).items():
+        read = json.loads((built / "reads" / f"{name}.json").read_text())["params"]
+        declared = _under([p.replace("${profile}", "ci") for p in body["params"]], leaves)
+        used = _under(read, leaves) - _under(NOT_DEPENDENCIES, leaves) | OTHER_PROFILES.get(name, set())
+        if declared != used:
+            wrong[name] = {"read, not declared": sorted(used - declared), "declared, never read": sorted(declared - used)}
+    assert wrong == {}
+
+
+def test_every_module_a_stage_loaded_is_among_its_deps(built):
+    for name, body in stage_bodies(load_dvc_yaml(built / "dvc.yaml")).items():
+        modules = json.loads((built / "reads" / f"{name}.json").read_text())["modules"]
+        missing = [m for m in modules if not covered(Path(m), body["deps"])]
+        assert missing == [], name

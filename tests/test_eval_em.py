@@ -1,4 +1,4 @@
-"""Exact match is FlashRAG's `ExactMatch` and Search-R1's `em_check` (SPEC section 7).
+"""Exact match is FlashRAG's `ExactMatch` and Search-R1's `em_check` (docs/method.md §7).
 
 REFERENCE_CASES writes down what the two reference functions return, read from their code
 (RUC-NLPIR/FlashRAG flashrag/evaluator/metrics.py `ExactMatch.calculate_em` with

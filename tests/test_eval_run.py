@@ -202,7 +202,8 @@ def test_evaluate_stage_writes_records_and_one_mlflow_run(tmp_path, monkeypatch,
     import mlflow
 
     from pipeline.config import load_params
-    from pipeline.stages import STAGES, eval_stages
+    from pipeline.stages import STAGES
+    from pipeline.stages import evaluate as eval_stages
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     params = load_params(repo_root / "params.yaml", profile="ci")
@@ -229,5 +230,5 @@ def test_evaluate_stage_writes_records_and_one_mlflow_run(tmp_path, monkeypatch,
 
     (model / "model.safetensors").write_bytes(b"retrained")  # new weights: old shards are discarded
     assert STAGES["evaluate"](params, root, "c_mas_base")["shards_computed"] == 1
-    with pytest.raises(InputError, match="unknown system"):
+    with pytest.raises(InputError, match="system: expected one of .*got 'nope'"):
         STAGES["evaluate"](params, root, "nope")

@@ -54,13 +54,14 @@ def test_stage_graph_covers_the_dag_in_dependency_order(graph):
     order = list(graph)
     for stage, deps in graph.items():
         assert all(order.index(d) < order.index(stage) for d in deps), stage
-    assert "splits" in graph["validate_splits"] and "teacher" in graph["team"]
+    assert "splits" in graph["validate_splits"] and "train@c_mas_rl" in graph["train@multiagent_opd"]
 
 
 def test_independent_stages_share_a_wave(graph):
     plan = waves(graph, list(graph))
     wave_of = {s: i for i, wave in enumerate(plan) for s in wave}
-    assert wave_of["team"] == wave_of["ablation@outcome_rl_searcher"] == wave_of["ablation@no_searcher_supervision"]
+    assert wave_of["train@multiagent_opd"] == wave_of["train@ablation_outcome_rl_searcher"] \
+        == wave_of["train@ablation_no_searcher_supervision"]
     assert wave_of["evaluate@multiagent_opd"] == wave_of["evaluate@ablation_outcome_rl_searcher"]
     assert wave_of["report"] == len(plan) - 1 and plan[-1] == ["report"]
     for stage, deps in graph.items():  # a wave never holds a stage together with its input
@@ -89,8 +90,8 @@ def test_report_reads_exactly_the_evaluated_systems():
 
 def test_repro_status_reads_dvc_messages():
     assert repro_status("Stage 'splits' didn't change, skipping\n", "splits") == "skipped"
-    assert repro_status("Stage 'ablation@base_teacher' is cached - skipping run, checking out outputs",
-                        "ablation@base_teacher") == "restored"
+    assert repro_status("Stage 'train@ablation_base_teacher' is cached - skipping run, checking out outputs",
+                        "train@ablation_base_teacher") == "restored"
     assert repro_status("Running stage 'splits':\n> python -m pipeline run splits", "splits") == "ran"
     assert repro_status("Stage 'corpus' didn't change, skipping", "splits") == "ran"
 

@@ -19,8 +19,8 @@ from flows.workspaces import _same_file, clean_line, run_dvc, up_to_date
 
 
 def test_task_runs_carry_the_stage_name_from_creation():
-    task = stage_task("ablation@base_teacher", "gpu")
-    assert task.name == "ablation@base_teacher" and task.task_run_name == "ablation@base_teacher"
+    task = stage_task("train@ablation_base_teacher", "gpu")
+    assert task.name == "train@ablation_base_teacher" and task.task_run_name == "train@ablation_base_teacher"
     assert task.tags == {"gpu"}
 
 

@@ -13,7 +13,9 @@ from pipeline.cli import main as cli_main
 from pipeline.errors import ValidationFailed
 from pipeline.paths import Paths
 from pipeline.retrieval.retriever import DenseRetriever
-from pipeline.stages.data_stages import run_index, run_splits, run_validate_splits
+from pipeline.stages.index import run_index
+from pipeline.stages.splits import run_splits
+from pipeline.stages.validate_splits import run_validate_splits
 
 from .conftest import REPO_ROOT, build_ci_data
 

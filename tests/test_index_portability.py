@@ -14,7 +14,7 @@ import pandas as pd
 import yaml
 
 from pipeline.config import load_params
-from pipeline.stages.data_stages import run_index
+from pipeline.stages.index import run_index
 from pipeline.stages.inputs import open_retriever
 
 from .conftest import REPO_ROOT

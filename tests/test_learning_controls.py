@@ -90,7 +90,7 @@ def test_stage1_outcome_grpo_raises_the_rewarded_answer_and_the_search(tokenizer
         before = (_gap(policy, answerer, "<answer>paris</answer>", "<answer>rome</answer>"),
                   _gap(policy, searcher, "<search>", "<report>"))
         with signals(grpo=sign):
-            train_steps(control_config("stage1", lr=3e-3), make_inputs(policy, QUESTIONS), steps=4)
+            train_steps(control_config("c_mas_rl", lr=3e-3), make_inputs(policy, QUESTIONS), steps=4)
         after = (_gap(policy, answerer, "<answer>paris</answer>", "<answer>rome</answer>"),
                  _gap(policy, searcher, "<search>", "<report>"))
         moves[sign] = (after[0] - before[0], after[1] - before[1])
@@ -131,7 +131,7 @@ def test_hierarchy_grpo_teaches_the_leader_to_dispatch_and_the_answerer_to_be_ri
                     _gap(policy, answerer, "<answer>paris</answer>", "<answer>rome</answer>"))
         before = measure()
         with signals(grpo=sign):
-            train_steps(control_config("no_searcher_supervision", lr=3e-3), make_inputs(policy, QUESTIONS, teacher), 4)
+            train_steps(control_config("ablation_no_searcher_supervision", lr=3e-3), make_inputs(policy, QUESTIONS, teacher), 4)
         after = measure()
         moves[sign] = (after[0] - before[0], after[1] - before[1])
     print("hierarchy GRPO moves", moves)
@@ -169,7 +169,7 @@ def test_searcher_opd_pulls_the_searcher_toward_the_teacher(tokenizer):
         prompts, responses = _student_samples(policy, contexts, 24, seed=5)
         before = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id)
         with signals(grpo=0.0, opd=sign):
-            train_steps(control_config("opd", lr=5e-4, searcher_max_new_tokens=24), make_inputs(policy, QUESTIONS, teacher), 8)
+            train_steps(control_config("multiagent_opd", lr=5e-4, searcher_max_new_tokens=24), make_inputs(policy, QUESTIONS, teacher), 8)
         ratios[sign] = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id) / before
     print("OPD KL ratios", ratios)
     assert ratios[1.0] <= 0.9 and ratios[-1.0] >= 1.1, ratios
@@ -195,7 +195,7 @@ def test_kl_in_reward_pulls_the_answerer_toward_the_teacher(tokenizer):
         teacher = HFBackend(tiny_model(tokenizer, 1), tokenizer)
         prompts, responses = _student_samples(policy, contexts * 4, 4, seed=5)
         before = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id)
-        cfg = control_config("no_searcher_supervision", lr=1e-3, candidates=8, answerer_max_new_tokens=4)
+        cfg = control_config("ablation_no_searcher_supervision", lr=1e-3, candidates=8, answerer_max_new_tokens=4)
         with signals(grpo=sign):
             train_steps(cfg, make_inputs(policy, train, teacher), 16)
         ratios[sign] = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id) / before

@@ -34,9 +34,9 @@ def store(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder}/mlflow.db")
         mp.setenv("MLFLOW_ARTIFACT_ROOT", (folder / "artifacts").as_uri())
-        with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
+        with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
             mlf.log_metric("dev_em", 0.99, step=0)  # superseded by the later run below
-        with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
+        with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
             mlf.log_param("shared.dev_questions", DEV_QUESTIONS)
             for step, em in DEV_EM:
                 mlf.log_metric("dev_em", em, step=step)

@@ -5,7 +5,6 @@ and refusals (size, NUL, surrogates, incomplete bodies) are clean 4xx answers.""
 from __future__ import annotations
 
 import os
-
 import socket
 import threading
 import time

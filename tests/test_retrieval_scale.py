@@ -218,7 +218,7 @@ class RunRecorder:
 
 
 def test_the_index_stage_builds_what_params_ask_for(tmp_path, monkeypatch):
-    from pipeline.stages import data_stages
+    from pipeline.stages import index as data_stages
 
     runs = RunRecorder()
     monkeypatch.setattr(data_stages, "stage_run", runs)

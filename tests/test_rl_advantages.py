@@ -19,8 +19,8 @@ from pipeline.rl.advantages import (
     grpo_units,
 )
 from pipeline.rl.batch import unpad
-from pipeline.rl.modes import MODES
 from pipeline.rl.rewards import compute_rewards
+from pipeline.systems import BY_NAME as MODES
 from tests.configs import REWARDS
 
 EPS = 1e-6
@@ -77,7 +77,7 @@ def test_leader_groups_count_one_reward_per_trajectory_on_every_leader_token():
     calls = {"q1/t0": 3, "q1/t1": 1, "q1/t2": 2}
     s = pd.DataFrame([srow(f"{t}/c{c}", "leader", t, r) for t, r in traj_rewards.items() for c in range(calls[t])])
     tok = pd.DataFrame([r for sid in s["sample_id"] for r in trows(sid, "leader", [1, 1, 0])])
-    out = compute_advantages(s, tok, "no_searcher_supervision", BETA)
+    out = compute_advantages(s, tok, "ablation_no_searcher_supervision", BETA)
     expected = dict(zip(traj_rewards, grpo_by_hand(list(traj_rewards.values()))))
     for sid, traj in zip(s["sample_id"], s["trajectory_id"]):
         assert adv_of(out, sid) == pytest.approx([expected[traj], expected[traj], 0.0])
@@ -95,11 +95,11 @@ def test_answerer_groups_are_per_request_and_never_mix_workflows():
         srow("r/k2", "answerer", "q1/t1", 1.0, request_id="q1/t1/a0"),
     ])
     tok = pd.DataFrame([r for sid in s["sample_id"] for r in trows(sid, "answerer", [1])])
-    adv = compute_advantages(s, tok, "opd", BETA).set_index("sample_id")["advantage"]
+    adv = compute_advantages(s, tok, "multiagent_opd", BETA).set_index("sample_id")["advantage"]
     assert adv[["c/k0", "c/k1"]].tolist() == pytest.approx(grpo_by_hand([1.0, 0.0]))
     assert adv[["h/k0", "h/k1"]].tolist() == [0.0, 0.0]  # had the workflows mixed, these would not be 0
     assert adv[["r/k0", "r/k1", "r/k2"]].tolist() == pytest.approx(grpo_by_hand([0.0, 1.0, 1.0]))
-    units = grpo_units(s, MODES["opd"])
+    units = grpo_units(s, MODES["multiagent_opd"])
     group = dict(zip(s["sample_id"], units.group[units.row_unit]))
     assert group["c/k0"] == group["c/k1"] != group["h/k0"] == group["h/k1"] != group["r/k0"]
 
@@ -107,19 +107,19 @@ def test_answerer_groups_are_per_request_and_never_mix_workflows():
 def test_opd_sign_scale_and_masked_tokens():
     s = pd.DataFrame([srow("S", "searcher", "q1/t0", np.nan)])
     tok = pd.DataFrame(trows("S", "searcher", [1, 0, 1], old=[-2.0, -0.5, -0.1], teacher=[-0.1, np.nan, -3.0]))
-    out = compute_advantages(s, tok, "opd", beta=0.01)
+    out = compute_advantages(s, tok, "multiagent_opd", beta=0.01)
     a = adv_of(out, "S")
     assert a[0] == pytest.approx(0.01 * (-0.1 + 2.0)) and a[0] > 0  # Teacher more confident -> positive
     assert a[1] == 0.0  # observation token, even with no Teacher score
     assert a[2] == pytest.approx(0.01 * (-3.0 + 0.1)) and a[2] < 0
     with pytest.raises(InputError, match="teacher_logp"):
-        compute_advantages(s, tok.assign(teacher_logp=np.nan), "opd", BETA)
+        compute_advantages(s, tok.assign(teacher_logp=np.nan), "multiagent_opd", BETA)
 
 
 def test_no_searcher_supervision_zeroes_searcher_mask_and_advantage():
     s = pd.DataFrame([srow("S", "searcher", "q1/t0", np.nan), srow("L", "leader", "q1/t0", 1.0)])
     tok = pd.DataFrame(trows("S", "searcher", [1, 1], teacher=[-0.1, -0.1]) + trows("L", "leader", [1]))
-    out = compute_advantages(s, tok, "no_searcher_supervision", BETA)
+    out = compute_advantages(s, tok, "ablation_no_searcher_supervision", BETA)
     searcher = out[out["sample_id"] == "S"]
     assert searcher["loss_mask"].tolist() == [0, 0] and searcher["advantage"].tolist() == [0.0, 0.0]
 
@@ -132,7 +132,7 @@ def test_outcome_rl_searcher_uses_r_em_over_all_trajectories_of_the_question():
            srow("q1/t1/c1", "searcher", "q1/t1", 0.0, 0.0)]  # t2 and t3 ran no Searcher
     )
     tok = pd.DataFrame([r for sid, role in zip(s["sample_id"], s["role"]) for r in trows(sid, role, [1, 0])])
-    out = compute_advantages(s, tok, "outcome_rl_searcher", BETA)
+    out = compute_advantages(s, tok, "ablation_outcome_rl_searcher", BETA)
     expected = dict(zip(r_em, grpo_by_hand(list(r_em.values()))))
     assert adv_of(out, "q1/t0/c1") == pytest.approx([expected["q1/t0"], 0.0])
     assert adv_of(out, "q1/t0/c2") == pytest.approx([expected["q1/t0"], 0.0])
@@ -150,7 +150,7 @@ def test_prompted_critic_groups_all_searcher_samples_of_a_question():
 def test_missing_reward_for_a_grpo_role_raises():
     s = pd.DataFrame([srow("A", "answerer", "q1/t0", np.nan, request_id="q1/t0/a0")])
     with pytest.raises(InputError, match="reward"):
-        compute_advantages(s, pd.DataFrame(trows("A", "answerer", [1])), "opd", BETA)
+        compute_advantages(s, pd.DataFrame(trows("A", "answerer", [1])), "multiagent_opd", BETA)
 
 
 # ---- the registered verl estimator equals the table path -------------------------------------
@@ -194,7 +194,7 @@ def random_batch(seed: int, workflow: str = "hierarchy") -> tuple[pd.DataFrame, 
 
 
 def oracle_advantages(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, beta: float) -> np.ndarray:
-    """The advantages of SPEC 5, computed independently of the product: per role, verl's GRPO in
+    """The advantages of docs/method.md §5, computed independently of the product: per role, verl's GRPO in
     float64 over string group keys "role|workflow|scope id" with one reward per unit (ties -> 0),
     or beta * (teacher - old) for OPD; 0 off the loss mask and on untrained roles."""
     role_of = samples.set_index("sample_id")["role"]
@@ -224,9 +224,9 @@ def oracle_advantages(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, be
 
 @pytest.mark.parametrize(
     "mode, workflow, seed",
-    [("opd", "hierarchy", 0), ("opd", "hierarchy", 1), ("base_teacher", "hierarchy", 2),
-     ("prompted_critic", "hierarchy", 3), ("no_searcher_supervision", "hierarchy", 4), ("stage1", "cascade", 5),
-     ("outcome_rl_searcher", "hierarchy", 7)],
+    [("multiagent_opd", "hierarchy", 0), ("multiagent_opd", "hierarchy", 1), ("ablation_base_teacher", "hierarchy", 2),
+     ("prompted_critic", "hierarchy", 3), ("ablation_no_searcher_supervision", "hierarchy", 4), ("c_mas_rl", "cascade", 5),
+     ("ablation_outcome_rl_searcher", "hierarchy", 7)],
 )
 def test_registered_estimator_equals_an_independent_oracle(mode, workflow, seed):
     samples, tokens = random_batch(seed, workflow)
@@ -245,11 +245,11 @@ def test_registered_estimator_equals_an_independent_oracle(mode, workflow, seed)
 
 def test_registered_estimator_in_float32_keeps_equal_groups_at_zero():
     samples, tokens = random_batch(6)
-    samples = compute_rewards(samples, tokens, "opd", REWARDS)
-    kwargs = estimator_inputs(samples, tokens, "opd", BETA)
+    samples = compute_rewards(samples, tokens, "multiagent_opd", REWARDS)
+    kwargs = estimator_inputs(samples, tokens, "multiagent_opd", BETA)
     kwargs = {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     adv, _ = get_adv_estimator_fn(ESTIMATOR_NAME)(**kwargs)
-    table = compute_advantages(samples, tokens, "opd", BETA)
+    table = compute_advantages(samples, tokens, "multiagent_opd", BETA)
     ids = samples["sample_id"].to_numpy(dtype=object)
     assert unpad(tokens, ids, adv) == pytest.approx(table["advantage"].to_numpy(), abs=1e-5)
     assert adv.dtype == torch.float32

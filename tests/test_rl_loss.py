@@ -12,7 +12,7 @@ from pipeline.errors import InputError
 from pipeline.rl.loss import minibatches, policy_loss
 from tests.configs import OPTIM
 
-CLIP = dict(clip_ratio=OPTIM.clip_ratio, clip_ratio_c=OPTIM.clip_ratio_c)  # 0.2 and 3 (SPEC 6)
+CLIP = dict(clip_ratio=OPTIM.clip_ratio, clip_ratio_c=OPTIM.clip_ratio_c)  # 0.2 and 3 (docs/method.md §6)
 
 # per token: (ratio new/old, advantage); clip 0.2, dual clip c = 3
 CASES = [

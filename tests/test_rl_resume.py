@@ -33,7 +33,7 @@ def run_training(workdir: Path, sleep_at: int | None = None, seed: int = 7) -> t
         policy=policy, retriever=FakeRetriever(), train_questions=questions(5), dev_questions=questions(2, "d"),
         teacher=HFBackend(workdir.parent / "teacher"), checkpoint_dir=workdir / "ckpt",
     )
-    cfg = tiny_config("opd", steps=STEPS, seed=seed, checkpoint_every=2, eval_every=100, audit_every=100)
+    cfg = tiny_config("multiagent_opd", steps=STEPS, seed=seed, checkpoint_every=2, eval_every=100, audit_every=100)
 
     def log_fn(step: int, metrics: dict) -> None:
         if sleep_at is not None and step == sleep_at and "pg_loss" in metrics:

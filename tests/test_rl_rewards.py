@@ -1,4 +1,4 @@
-"""Rewards of SPEC 5 on small hand-made samples/tokens tables (docs/contracts.md)."""
+"""Rewards of docs/method.md §5 on small hand-made samples/tokens tables (docs/contracts.md)."""
 
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def _hierarchy_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_compute_rewards_opd_mode():
     s, t = _hierarchy_batch()
-    out = compute_rewards(s, t, "opd", REWARDS).set_index("sample_id")
+    out = compute_rewards(s, t, "multiagent_opd", REWARDS).set_index("sample_id")
     assert out.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * (-1.0 + 1.2))
     assert out.loc["q1/t0/c9/k0", "reward"] == pytest.approx(1.0 - 1e-3 * (-0.3 + 0.1))
     assert out.loc["q1/t0/c9/k1", "reward"] == pytest.approx(0.0 - 1e-3 * (-0.3 + 0.9))
@@ -220,12 +220,12 @@ def test_compute_rewards_prompted_critic_and_outcome_rl_modes():
     assert critic.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * kl)
     with pytest.raises(InputError, match="teacher_logp"):
         compute_rewards(s, t.assign(teacher_logp=np.nan), "prompted_critic", REWARDS)
-    outcome = compute_rewards(s, t, "outcome_rl_searcher", REWARDS).set_index("sample_id")
+    outcome = compute_rewards(s, t, "ablation_outcome_rl_searcher", REWARDS).set_index("sample_id")
     assert outcome.loc["q1/t0/c1", "reward"] == 1.0
     assert outcome.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * (-1.0 + 1.2))
     assert math.isnan(outcome.loc["q1/t0/c1", "judge_score"])
     with pytest.raises(InputError, match="teacher_logp"):  # a mode with a Teacher needs its scores
-        compute_rewards(s, t.assign(teacher_logp=np.nan), "outcome_rl_searcher", REWARDS)
+        compute_rewards(s, t.assign(teacher_logp=np.nan), "ablation_outcome_rl_searcher", REWARDS)
 
 
 def test_compute_rewards_stage1_has_no_kl_and_checks_the_workflow():
@@ -234,21 +234,21 @@ def test_compute_rewards_stage1_has_no_kl_and_checks_the_workflow():
         cand("q1/t0", 0, "Paris", workflow="cascade"),
     ])
     t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-3.0], [1]) + trows("q1/t0/c9/k0", "answerer", [-1.0], [-3.0], [1]))
-    out = compute_rewards(s, t, "stage1", REWARDS)
+    out = compute_rewards(s, t, "c_mas_rl", REWARDS)
     assert out["reward"].tolist() == pytest.approx([0.9 + 0.05, 1.0])
     assert out["kl_to_teacher"].isna().all()
     with pytest.raises(InputError, match="workflow"):
-        compute_rewards(s, t, "opd", REWARDS)
-    with pytest.raises(InputError, match="mode"):
+        compute_rewards(s, t, "multiagent_opd", REWARDS)
+    with pytest.raises(InputError, match="expected a trained system"):
         compute_rewards(s, t, "grpo", REWARDS)
     with pytest.raises(InputError, match="golden_answers"):
-        compute_rewards(s.drop(columns="golden_answers"), t, "stage1", REWARDS)
+        compute_rewards(s.drop(columns="golden_answers"), t, "c_mas_rl", REWARDS)
 
 
 def test_compute_rewards_opd_requires_the_teacher():
     s, t = _hierarchy_batch()
     with pytest.raises(InputError, match="teacher_logp"):
-        compute_rewards(s, t.assign(teacher_logp=np.nan), "opd", REWARDS)
+        compute_rewards(s, t.assign(teacher_logp=np.nan), "multiagent_opd", REWARDS)
 
 
 def test_leader_reward_rejects_c_tool_that_varies_inside_a_trajectory():
@@ -284,16 +284,16 @@ def _expected(w, field: str) -> tuple[str, str, float]:
     leader = (w.leader_em_weight * 1.0 + w.assign_weight * min(2, w.c_tool_cap) / w.c_tool_cap
               - w.kl_coef * _kl(s, t, "q1/t0/c0"))
     return {
-        "searcher_em_weight": ("stage1", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
-        "behaviour_weight": ("stage1", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
-        "malformed_reward": ("stage1", "q1/t1/c0", w.malformed_reward),
+        "searcher_em_weight": ("c_mas_rl", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
+        "behaviour_weight": ("c_mas_rl", "q1/t0/c0", w.searcher_em_weight * 1.0 + w.behaviour_weight * 0.5),
+        "malformed_reward": ("c_mas_rl", "q1/t1/c0", w.malformed_reward),
         "leader_em_weight": ("prompted_critic", "q1/t0/c0", leader),
         "assign_weight": ("prompted_critic", "q1/t0/c0", leader),
         "c_tool_cap": ("prompted_critic", "q1/t0/c0", leader),
         "critic_em_weight": ("prompted_critic", "q1/t0/c1",
                              w.critic_em_weight * 1.0 + (1 - w.critic_em_weight) * 4.0 / 10),
-        "kl_coef": ("opd", "q1/t0/c9/k0", 1.0 - w.kl_coef * answerer_kl),
-        "opd_beta": ("opd", "q1/t0/c1", w.opd_beta * (-0.5 + 1.0)),  # the Searcher's OPD advantage, first token
+        "kl_coef": ("multiagent_opd", "q1/t0/c9/k0", 1.0 - w.kl_coef * answerer_kl),
+        "opd_beta": ("multiagent_opd", "q1/t0/c1", w.opd_beta * (-0.5 + 1.0)),  # the Searcher's OPD advantage, first token
     }[field]
 
 
@@ -307,7 +307,7 @@ def test_every_reward_number_is_read_from_the_params(field):
                                         if field != "c_tool_cap" else 1})
     for weights in (REWARDS, bumped):
         mode, sample_id, expected = _expected(weights, field)
-        s, t = _stage1_batch() if mode == "stage1" else _hierarchy_batch()
+        s, t = _stage1_batch() if mode == "c_mas_rl" else _hierarchy_batch()
         out = compute_rewards(s, t, mode, weights)
         if field == "opd_beta":
             got = compute_advantages(out, t, mode, weights.opd_beta)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -100,7 +100,7 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
     rollout = workflow_cfg(top_k=2, n_candidates=3, max_searcher_turns=3, leader_max_new_tokens=64,
                            searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     values = dict(
-        mode=mode, steps=steps, seed=7, questions_per_batch=2, oversample=1, trajectories_per_question=2, lr=1e-3,
+        system=mode, steps=steps, seed=7, questions_per_batch=2, oversample=1, trajectories_per_question=2, lr=1e-3,
         entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
         judge_max_new_tokens=8, rollout=rollout, dev_rollout=replace(rollout, n_candidates=1),
         optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS, reference_seed=11,
@@ -112,7 +112,7 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
 def make_inputs(tokenizer, mode: str, tmp: Path, model=None, teacher_seed: int | None = 1) -> TrainInputs:
     policy = ScriptedHFBackend(model if model is not None else tiny_model(tokenizer, 0), tokenizer)
     teacher = None
-    if mode != "stage1" and teacher_seed is not None:
+    if mode != "c_mas_rl" and teacher_seed is not None:
         teacher = HFBackend(tiny_model(tokenizer, teacher_seed), tokenizer)
     judge = None
     if mode == "prompted_critic":
@@ -137,7 +137,7 @@ def _one_thread(torch_one_thread):
 # --------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("mode", ["stage1", "opd", "prompted_critic"])
+@pytest.mark.parametrize("mode", ["c_mas_rl", "multiagent_opd", "prompted_critic"])
 def test_training_run_moves_weights_and_logs(tokenizer, tmp_path, mode):
     inputs = make_inputs(tokenizer, mode, tmp_path)
     before = {k: v.detach().clone() for k, v in inputs.policy.model.state_dict().items()}
@@ -147,8 +147,8 @@ def test_training_run_moves_weights_and_logs(tokenizer, tmp_path, mode):
     assert len(train_rows) == 2 and all(np.isfinite(m["pg_loss"]) for m in train_rows)
     keys = set().union(*(m.keys() for m in train_rows))
     expected = {"reward_answerer", "entropy", "clip_fraction", "tokens_per_second", "pg_loss"}
-    expected |= {"reward_searcher"} if mode != "opd" else {"kl_to_teacher"}
-    expected |= {"reward_leader"} if mode != "stage1" else set()
+    expected |= {"reward_searcher"} if mode != "multiagent_opd" else {"kl_to_teacher"}
+    expected |= {"reward_leader"} if mode != "c_mas_rl" else set()
     assert expected <= keys
     dev_steps = [s for s, m in logged if "dev_em" in m]
     assert dev_steps == [0, 2]
@@ -189,27 +189,27 @@ def test_teacher_scores_exactly_the_students_context(tokenizer):
 
 
 def test_audit_tables_rederive_every_advantage(tokenizer, tmp_path):
-    inputs = make_inputs(tokenizer, "opd", tmp_path)
-    train(tiny_config("opd", steps=1), inputs)
+    inputs = make_inputs(tokenizer, "multiagent_opd", tmp_path)
+    train(tiny_config("multiagent_opd", steps=1), inputs)
     step = tmp_path / "audit" / "step-0000"
     samples = pd.read_parquet(step / "samples.parquet")
     tokens = pd.read_parquet(step / "tokens.parquet")
     assert {"reward", "r_em", "c_tool", "b_s", "judge_score", "malformed", "kl_to_teacher"} <= set(samples.columns)
     assert set(samples["role"]) == {"leader", "searcher", "answerer"}
-    rederived = compute_advantages(samples, tokens.assign(advantage=0.0), "opd", beta=0.01)
+    rederived = compute_advantages(samples, tokens.assign(advantage=0.0), "multiagent_opd", beta=0.01)
     np.testing.assert_array_equal(rederived["advantage"].to_numpy(), tokens["advantage"].to_numpy())
     assert (tokens["advantage"] != 0).any()
     # the samples' reward is what entered the advantage: perturbing it changes the result
     bumped = samples.copy()
     bumped.loc[bumped["role"] == "answerer", "reward"] += np.arange((bumped["role"] == "answerer").sum())
-    changed = compute_advantages(bumped, tokens.assign(advantage=0.0), "opd", beta=0.01)
+    changed = compute_advantages(bumped, tokens.assign(advantage=0.0), "multiagent_opd", beta=0.01)
     assert not np.array_equal(changed["advantage"].to_numpy(), tokens["advantage"].to_numpy())
     assert (tmp_path / "audit" / "data_docs" / "step-0000" / "index.html").is_file()
 
 
 def test_no_searcher_supervision_leaves_searcher_tokens_out_of_the_loss(tokenizer, tmp_path):
-    inputs = make_inputs(tokenizer, "no_searcher_supervision", tmp_path)
-    train(tiny_config("no_searcher_supervision", steps=1), inputs)
+    inputs = make_inputs(tokenizer, "ablation_no_searcher_supervision", tmp_path)
+    train(tiny_config("ablation_no_searcher_supervision", steps=1), inputs)
     tokens = pd.read_parquet(tmp_path / "audit" / "step-0000" / "tokens.parquet")
     searcher = tokens["role"] == "searcher"
     assert searcher.any() and (tokens.loc[searcher & (tokens["source"] == "generated")].shape[0] > 0)
@@ -220,39 +220,40 @@ def test_no_searcher_supervision_leaves_searcher_tokens_out_of_the_loss(tokenize
 
 
 def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypatch):
-    """run_team: reads splits, base and teacher folders, logs one MLflow run, saves data/models/team."""
+    """train@multiagent_opd: reads splits, base and Teacher folders, logs one MLflow run, saves data/models/multiagent_opd."""
     import mlflow
 
     from pipeline.config import load_params
-    from pipeline.stages import STAGES, train_stages
+    from pipeline.stages import STAGES
+    from pipeline.stages import train as train_stage
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    monkeypatch.setattr(train_stages, "open_retriever", lambda root: FakeRetriever())
+    monkeypatch.setattr(train_stage, "open_retriever", lambda root: FakeRetriever())
     def scripted(path):
         loaded = HFBackend(path)
         return ScriptedHFBackend(loaded.model, loaded.tokenizer)
 
-    monkeypatch.setattr(train_stages, "open_policy", scripted)
+    monkeypatch.setattr(train_stage, "open_policy", scripted)
     save_hf_folder(tiny_model(tokenizer, 0), tokenizer, tmp_path / "data" / "models" / "base")
-    save_hf_folder(tiny_model(tokenizer, 1), tokenizer, tmp_path / "data" / "models" / "teacher")
+    save_hf_folder(tiny_model(tokenizer, 1), tokenizer, tmp_path / "data" / "models" / "c_mas_rl")
     (tmp_path / "data" / "splits").mkdir(parents=True)
     questions(6).to_parquet(tmp_path / "data" / "splits" / "train.parquet")
     questions(3, "d").to_parquet(tmp_path / "data" / "splits" / "dev.parquet")
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")
-    summary = STAGES["team"](params, tmp_path)
-    out = tmp_path / "data" / "models" / "team"
-    assert (out / "config.json").is_file() and summary["steps"] == params.train.systems.team.steps
+    summary = STAGES["train"](params, tmp_path, "multiagent_opd")
+    out = tmp_path / "data" / "models" / "multiagent_opd"
+    assert (out / "config.json").is_file() and summary["steps"] == params.train.systems.multiagent_opd.steps
     trained = HFBackend(out).model.state_dict()
     base = HFBackend(tmp_path / "data" / "models" / "base").model.state_dict()
     assert any(not torch.equal(trained[k], base[k]) for k in base)
     runs = mlflow.search_runs(experiment_names=["multiagent-opd-ci"])
-    assert list(runs["tags.mlflow.runName"]) == ["team"] and list(runs["tags.system"]) == ["multiagent_opd"]
+    assert list(runs["tags.mlflow.runName"]) == ["train@multiagent_opd"] and list(runs["tags.system"]) == ["multiagent_opd"]
     assert "metrics.pg_loss" in runs.columns and "metrics.dev_em" in runs.columns
     assert (tmp_path / "data" / "audit" / "multiagent_opd" / "step-0000" / "tokens.parquet").is_file()
 
 
 @pytest.mark.skipif(not os.environ.get("MAOPD_TIMING"), reason="timing probe: set MAOPD_TIMING=1")
-@pytest.mark.parametrize("key,scripted", [("teacher", False), ("team", True)])
+@pytest.mark.parametrize("key,scripted", [("c_mas_rl", False), ("multiagent_opd", True)])
 def test_step_time_tiny_profile_sizes(tokenizer, capsys, key, scripted):
     """Wall time of one training step at the tiny profile's sizes with the 1.8M-parameter model
     (hidden 192, 3 layers). teacher: real sampling from random weights (long, malformed outputs);
@@ -265,7 +266,7 @@ def test_step_time_tiny_profile_sizes(tokenizer, capsys, key, scripted):
     cfg = train_config(params, key)
     model = tiny_model(tokenizer, 0, hidden=192, layers=3)
     policy = ScriptedHFBackend(model, tokenizer) if scripted else HFBackend(model, tokenizer)
-    teacher = HFBackend(tiny_model(tokenizer, 1, 192, 3), tokenizer) if key != "teacher" else None
+    teacher = HFBackend(tiny_model(tokenizer, 1, 192, 3), tokenizer) if key != "c_mas_rl" else None
     inputs = TrainInputs(policy=policy, retriever=FakeRetriever(), train_questions=questions(8),
                          dev_questions=questions(2, "d"), teacher=teacher)
     torch.set_num_threads(2)
@@ -280,14 +281,15 @@ def test_step_time_tiny_profile_sizes(tokenizer, capsys, key, scripted):
     assert ended - began < 120
 
 
-def test_ablation_stage_rejects_an_unknown_item(tmp_path):
+def test_train_stage_rejects_an_untrained_or_unknown_system(tmp_path):
     from pipeline.config import load_params
     from pipeline.errors import InputError
     from pipeline.stages import STAGES
 
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")
-    with pytest.raises(InputError, match="ablation: unknown item 'no_leader'"):
-        STAGES["ablation"](params, tmp_path, "no_leader")
+    for name in ("ablation_no_leader", "h_mas_base"):
+        with pytest.raises(InputError, match=f"expected a trained system, .*got '{name}'"):
+            STAGES["train"](params, tmp_path, name)
 
 
 def test_micro_batches_give_the_minibatch_gradient(tokenizer, tmp_path, monkeypatch):
@@ -297,8 +299,8 @@ def test_micro_batches_give_the_minibatch_gradient(tokenizer, tmp_path, monkeypa
     import copy
 
     from pipeline.rl import trainer
-    inputs = make_inputs(tokenizer, "opd", tmp_path)
-    cfg = tiny_config("opd")
+    inputs = make_inputs(tokenizer, "multiagent_opd", tmp_path)
+    cfg = tiny_config("multiagent_opd")
     batch = trainer.collect_batch(cfg, inputs, 0)
     start = copy.deepcopy(inputs.policy.model.state_dict())
 
@@ -358,7 +360,7 @@ def test_dev_evaluation_samples_with_one_seed_for_every_system(monkeypatch):
         {"strict_correct": [1.0, 0.0], "search_actions": [1, 0], "format_failure": [0.0, 0.0]}))
     inputs = TrainInputs(policy=None, retriever=None, train_questions=questions(2), dev_questions=questions(2, "d"))
     for system_seed in (7, 108, 613):
-        out = trainer.dev_evaluate(tiny_config("opd", seed=system_seed), inputs)
+        out = trainer.dev_evaluate(tiny_config("multiagent_opd", seed=system_seed), inputs)
         assert out["dev_em"] == 0.5 and out["dev_no_search_share"] == 0.5
     assert seeds == [11, 11, 11]
 
@@ -367,12 +369,12 @@ def test_dynamic_sampling_trains_only_on_questions_with_differing_outcomes(token
     """With oversample 2 the step rolls out twice the questions and keeps those whose trajectories'
     team outcome differs. The outcomes are set after the rewards: all wrong (the filter falls back
     to the first two drawn), then one right trajectory in the last drawn question."""
-    from pipeline.rl import trainer
-    inputs = make_inputs(tokenizer, "stage1", tmp_path)
-    plain = trainer.collect_batch(tiny_config("stage1"), inputs, 0)
+    from pipeline.rl import batch_rewards, trainer
+    inputs = make_inputs(tokenizer, "c_mas_rl", tmp_path)
+    plain = trainer.collect_batch(tiny_config("c_mas_rl"), inputs, 0)
     assert plain.informative_questions is None and plain.samples["question_id"].nunique() == 2
 
-    rewards = trainer.compute_rewards
+    rewards = batch_rewards.compute_rewards
     drawn: list[list[str]] = []
 
     def outcomes(right_in_last: bool):
@@ -385,16 +387,16 @@ def test_dynamic_sampling_trains_only_on_questions_with_differing_outcomes(token
             return out
         return patched
 
-    cfg = tiny_config("stage1", oversample=2)
-    monkeypatch.setattr(trainer, "compute_rewards", outcomes(right_in_last=False))
+    cfg = tiny_config("c_mas_rl", oversample=2)
+    monkeypatch.setattr(batch_rewards, "compute_rewards", outcomes(right_in_last=False))
     tied = trainer.collect_batch(cfg, inputs, 0)
     assert tied.drawn_questions == 4 and len(drawn[-1]) == 4 and tied.informative_questions == 0
     assert list(dict.fromkeys(tied.samples["question_id"])) == drawn[-1][:2]
 
-    monkeypatch.setattr(trainer, "compute_rewards", outcomes(right_in_last=True))
+    monkeypatch.setattr(batch_rewards, "compute_rewards", outcomes(right_in_last=True))
     batch = trainer.collect_batch(cfg, inputs, 0)
     assert batch.informative_questions == 1 and set(batch.samples["question_id"]) == {drawn[-1][-1]}
     assert len(batch.tokens) and set(batch.tokens["sample_id"]) <= set(batch.samples["sample_id"])
     assert batch.tokens["advantage"].abs().sum() > 0  # advantages come from the kept groups
-    metrics = trainer.batch_metrics(batch, trainer.get_mode("stage1"))
+    metrics = trainer.batch_metrics(batch, trainer.trained_system("c_mas_rl"))
     assert metrics["trained_questions"] == 1 and metrics["informative_share"] == 0.25

@@ -1,4 +1,4 @@
-"""Observations are Search-R1's, character for character (SPEC section 3).
+"""Observations are Search-R1's, character for character (docs/method.md §3).
 
 PASSAGES2STRING_CASES writes down what Search-R1's `_passages2string`
 (PeterGriffinJin/Search-R1 search_r1/llm_agent/generation.py, and the same function in

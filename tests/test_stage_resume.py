@@ -2,8 +2,8 @@
 the same final weights, one MLflow run (the same run id, FINISHED) whose metric history holds
 every step once with the same values, and the same training curve in the report.
 
-In process (fast): the `team` stage on scripted backends dies between a checkpoint and the
-moment its metrics reach MLflow. As a process (slow): `python -m pipeline run teacher` on a
+In process (fast): the `train@multiagent_opd` stage on scripted backends dies between a checkpoint and the
+moment its metrics reach MLflow. As a process (slow): `python -m pipeline run train c_mas_rl` on a
 small ci set-up is killed with SIGKILL after its first checkpoint."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, questions, tiny_model, tiny_tokenizer
 
 STEPS = 2
-TEAM_STAGE = "team"
+TEAM_STAGE = "train@multiagent_opd"
 TIMING_METRICS = {"tokens_per_second", "step_seconds", "train_seconds", "resumed_from"}
 
 
@@ -42,7 +42,7 @@ def _small_ci_params(path: Path) -> Path:
     raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     raw["profile"] = "ci"
     train = raw["ci"]["train"]
-    train["systems"]["teacher"]["steps"] = STEPS
+    train["systems"]["c_mas_rl"]["steps"] = STEPS
     train["shared"].update(questions_per_batch=1, trajectories_per_question=2, dev_questions=2, eval_every=2,
                            checkpoint_every=1, audit_every=100)
     train["shared"]["rollout"].update(leader_max_new_tokens=12, searcher_max_new_tokens=12,
@@ -80,7 +80,7 @@ def _teacher(root: Path, prepared: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline", "--params", str(prepared / "params.yaml"), "--root", str(root),
-         "run", "teacher"],
+         "run", "train", "c_mas_rl"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -90,7 +90,7 @@ def _finish(proc: subprocess.Popen) -> str:
     return out
 
 
-def _runs(root: Path, stage: str = "teacher") -> list:
+def _runs(root: Path, stage: str = "train@c_mas_rl") -> list:
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("multiagent-opd-ci")
     return client.search_runs([experiment.experiment_id], f"tags.stage = '{stage}'")
@@ -108,7 +108,7 @@ def _report_curves(root: Path) -> dict:
         return read_mlflow("ci", CURVE_METRICS, root)[0]
 
 
-def _weights(root: Path, weights: str = "teacher") -> dict[str, torch.Tensor]:
+def _weights(root: Path, weights: str = "c_mas_rl") -> dict[str, torch.Tensor]:
     return load_file(root / "data" / "models" / weights / "model.safetensors")
 
 
@@ -118,7 +118,7 @@ class Killed(BaseException):
 
 def _scripted_team_root(root: Path, tokenizer) -> Path:
     save_hf_folder(tiny_model(tokenizer, 0), tokenizer, root / "data" / "models" / "base")
-    save_hf_folder(tiny_model(tokenizer, 1), tokenizer, root / "data" / "models" / "teacher")
+    save_hf_folder(tiny_model(tokenizer, 1), tokenizer, root / "data" / "models" / "c_mas_rl")
     (root / "data" / "splits").mkdir(parents=True)
     questions(6).to_parquet(root / "data" / "splits" / "train.parquet")
     questions(3, "d").to_parquet(root / "data" / "splits" / "dev.parquet")
@@ -126,7 +126,7 @@ def _scripted_team_root(root: Path, tokenizer) -> Path:
 
 
 def _run_team(root: Path, monkeypatch, die_after_checkpoint: int | None = None) -> dict:
-    from pipeline.stages import train_stages
+    from pipeline.stages import train as train_stages
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
     monkeypatch.setattr(train_stages, "open_retriever", lambda root: FakeRetriever())
@@ -146,14 +146,14 @@ def _run_team(root: Path, monkeypatch, die_after_checkpoint: int | None = None) 
     monkeypatch.setattr(train_stages, "open_policy", scripted)
     monkeypatch.setattr(train_stages, "train", train)
     params = load_params(REPO_ROOT / "params.yaml", "ci")
-    return STAGES["team"](params, root)
+    return STAGES["train"](params, root, "multiagent_opd")
 
 
 def test_an_interrupted_training_stage_continues_its_run(tmp_path, monkeypatch, torch_one_thread):
     tokenizer = tiny_tokenizer()
     clean = _scripted_team_root(tmp_path / "clean", tokenizer)
     killed = _scripted_team_root(tmp_path / "killed", tokenizer)
-    steps = load_params(REPO_ROOT / "params.yaml", "ci").train.systems.team.steps
+    steps = load_params(REPO_ROOT / "params.yaml", "ci").train.systems.multiagent_opd.steps
     assert steps >= 2
     _run_team(clean, monkeypatch)
     with pytest.raises(Killed):
@@ -175,7 +175,7 @@ def test_an_interrupted_training_stage_continues_its_run(tmp_path, monkeypatch, 
     assert [s for s, _ in got["pg_loss"]] == list(range(steps))
     pd.testing.assert_frame_equal(_report_curves(killed)["multiagent_opd"].frame,
                                   _report_curves(clean)["multiagent_opd"].frame)
-    reference, resumed = _weights(clean, "team"), _weights(killed, "team")
+    reference, resumed = _weights(clean, "multiagent_opd"), _weights(killed, "multiagent_opd")
     assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
 
 
@@ -186,7 +186,7 @@ def test_sigkilled_training_stage_resumes_with_its_whole_history(prepared):
 
     killed = _copy(prepared, "killed")
     proc = _teacher(killed, prepared)
-    first_checkpoint = killed / "data" / "checkpoints" / "teacher" / "step-0001"  # appears complete (atomic_dir)
+    first_checkpoint = killed / "data" / "checkpoints" / "c_mas_rl" / "step-0001"  # appears complete (atomic_dir)
     deadline = time.monotonic() + 300
     while not first_checkpoint.is_dir():
         assert proc.poll() is None, f"the stage ended before its first checkpoint: {proc.stderr.read()[-3000:]}"
@@ -195,7 +195,7 @@ def test_sigkilled_training_stage_resumes_with_its_whole_history(prepared):
     proc.kill()
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    assert not (killed / "data" / "models" / "teacher").exists(), "the stage finished before the kill"
+    assert not (killed / "data" / "models" / "c_mas_rl").exists(), "the stage finished before the kill"
     (dead_run,) = _runs(killed)
     assert dead_run.info.status == "RUNNING"  # nothing could end it
 

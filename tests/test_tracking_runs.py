@@ -15,14 +15,15 @@ import pytest
 from pipeline.config import load_params
 from pipeline.eval.synthetic import synthetic_records
 from pipeline.run_artifacts import WEIGHTS_RUN_TAG
-from pipeline.stages.eval_stages import evaluation_metrics
-from pipeline.stages.run_logging import log_evaluation, log_report, log_training, log_weights
+from pipeline.stages.evaluate import evaluation_metrics, log_evaluation
+from pipeline.stages.report import log_report
+from pipeline.stages.run_logging import log_training, log_weights
+from pipeline.systems import TRAINED as TRAINED_SYSTEMS
 from pipeline.tracking import EXPERIMENT_KIND, ensure_experiment, experiment_name, git_commit, stage_run
 
 from .conftest import REPO_ROOT
 
-TRAINED = {"teacher": "c_mas_rl", "team": "multiagent_opd", "ablation@base_teacher": "ablation_base_teacher",
-           "prompted_critic": "prompted_critic"}
+TRAINED = {s.train_stage: s.name for s in TRAINED_SYSTEMS}
 
 
 @pytest.fixture()
@@ -104,10 +105,10 @@ def test_commit_tag_is_clean_when_only_dvc_written_files_changed(tmp_path, monke
 
 
 def test_training_run_logs_and_registers_its_model_audit_and_curves(tmp_path, store, model_folder):
-    with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=tmp_path) as mlf:
+    with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=tmp_path) as mlf:
         for step in range(3):
             mlf.log_metrics({"dev_em": 0.1 * step, "reward_leader": step}, step=step)
-        log_training(mlf, _params(50), tmp_path, model_folder, "multiagent_opd", "team", _audit(tmp_path / "audit"))
+        log_training(mlf, _params(50), tmp_path, model_folder, "multiagent_opd", "train@multiagent_opd", _audit(tmp_path / "audit"))
         run_id = mlf.active_run().info.run_id
     run = store.get_run(run_id)
     assert run.data.tags["kind"] == "training" and run.data.tags["model_logged"].startswith("yes")
@@ -118,7 +119,7 @@ def test_training_run_logs_and_registers_its_model_audit_and_curves(tmp_path, st
     assert curves.columns.tolist() == ["step", "dev_em", "reward_leader"] and len(curves) == 3
     (version,) = store.search_model_versions("name = 'multiagent_opd'")
     assert version.run_id == run_id
-    assert version.tags == {"profile": "ci", "git_commit": "c0ffee", "stage": "team"}
+    assert version.tags == {"profile": "ci", "git_commit": "c0ffee", "stage": "train@multiagent_opd"}
 
 
 def test_a_model_above_the_cap_is_not_logged(tmp_path, store, model_folder):
@@ -132,8 +133,8 @@ def test_a_model_above_the_cap_is_not_logged(tmp_path, store, model_folder):
 def test_evaluation_links_to_the_run_of_its_weights_and_logs_records(tmp_path, store, model_folder):
     from pipeline.eval.run import model_fingerprint
 
-    with stage_run("team", "ci", tags={"system": "multiagent_opd"}, root=tmp_path) as mlf:
-        log_weights(mlf, _params(0), tmp_path, model_folder, "multiagent_opd", "team")
+    with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=tmp_path) as mlf:
+        log_weights(mlf, _params(0), tmp_path, model_folder, "multiagent_opd", "train@multiagent_opd")
         trained = mlf.active_run().info.run_id
     records = tmp_path / "records.parquet"
     synthetic_records("multiagent_opd", 0.4, {"nq": 4}, seed=0).to_parquet(records)

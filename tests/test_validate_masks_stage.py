@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pipeline.stages.audit_stages import audit_rollout
+from pipeline.stages.validate_masks import audit_rollout
 from pipeline.validate.masks import validate_masks
 from tests.configs import workflow_cfg
 from tests.fakes import FakeBackend, FakeRetriever, TeamScript, make_questions

@@ -44,16 +44,17 @@ from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.sampling_seeds import entry_seed
 from pipeline.policy.sglang_backend import SGLangBackend
 from pipeline.rl.advantages import compute_advantages
-from pipeline.rl.modes import MODES
 from pipeline.rl.rewards import compute_rewards
 from pipeline.rl.teacher_scoring import score_with_teacher
+from pipeline.rl.train_params import TrainConfig
+from pipeline.systems import BY_NAME as MODES
 from pipeline.verl_agent.advantage import batch_advantages, fields_advantages
-from pipeline.verl_agent.agent_run import TeamSettings, renumber
+from pipeline.verl_agent.agent_run import renumber
 from pipeline.verl_agent.loop import AGENT_NAME
 from pipeline.verl_agent.outputs import SAMPLE_KEY, SOURCE_KEY, TEACHER_KEY, Row, fit_lengths, tables_from_outputs
 from pipeline.verl_agent.seeds import PerEntrySeedBackend, trajectory_seed
 from pipeline.verl_agent.server import ServerError, ServerManagerBackend
-from tests.configs import REWARDS, workflow_cfg
+from tests.configs import OPTIM, REWARDS, workflow_cfg
 from tests.fake_sglang import serve_backend
 from tests.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, tiny_model, tiny_tokenizer
@@ -63,13 +64,14 @@ PROMPT_LENGTH = RESPONSE_LENGTH = 1024
 FLOATS = ["old_logp", "teacher_logp"]  # NaN-aware exact comparison
 
 
-def settings(mode: str, sampled: bool = False, **rollout) -> TeamSettings:
+def settings(system: str, sampled: bool = False, **rollout) -> TrainConfig:
     limits = dict(leader_max_new_tokens=12, searcher_max_new_tokens=10, answerer_max_new_tokens=6) if sampled else \
         dict(leader_max_new_tokens=64, searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     cfg = workflow_cfg(**{**dict(top_k=2, n_candidates=3, max_searcher_turns=3), **limits, **rollout})
-    return TeamSettings(train_key="test", mode=mode, seed=11, rollout=cfg,
-                        dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
-                        rewards=REWARDS, judge_max_new_tokens=8)
+    return TrainConfig(system=system, steps=1, seed=11, questions_per_batch=1, oversample=1, trajectories_per_question=1,
+                       lr=1e-4, entropy_coef=0.0, eval_every=1, dev_questions=1, checkpoint_every=1, audit_every=1,
+                       judge_max_new_tokens=8, rollout=cfg, dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
+                       optim=OPTIM, rewards=REWARDS, reference_seed=0)
 
 
 QUESTIONS = [
@@ -106,7 +108,7 @@ class SGLangServerManager:
             await self._client.aclose()
 
 
-def make_loop(manager, tokenizer, team: TeamSettings, teacher_url: str | None, repo_root):
+def make_loop(manager, tokenizer, team: TrainConfig, teacher_url: str | None, repo_root):
     """The agent loop as verl's AgentLoopWorker instantiates it, on a fake retriever."""
     cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": PROMPT_LENGTH,
                                                               "response_length": RESPONSE_LENGTH}}, "data": {}})
@@ -114,11 +116,11 @@ def make_loop(manager, tokenizer, team: TeamSettings, teacher_url: str | None, r
         config=_agent_loop_registry[AGENT_NAME], trainer_config=DictConfigWrap(cfg), server_manager=manager,
         tokenizer=tokenizer, processor=None, hf_model_type=None, dataset_cls=None,
         data_config=DictConfigWrap(cfg.data), tools=None,
-        params=str(repo_root / "params.yaml"), profile="ci", train_key="team", teacher_url=teacher_url,
+        params=str(repo_root / "params.yaml"), profile="ci", system="multiagent_opd", teacher_url=teacher_url,
         retriever_url="http://unused", send_seed=True,
     )
-    assert loop.settings.mode == "opd" and loop.settings.rollout.n_candidates == 5  # read from params.yaml (ci)
-    loop.settings = team
+    assert loop.cfg.system == "multiagent_opd" and loop.cfg.rollout.n_candidates == 5  # read from params.yaml (ci)
+    loop.cfg, loop.system = team, MODES[team.system]
     loop.open_retriever = FakeRetriever
     return loop
 
@@ -140,21 +142,21 @@ async def run_loop(loop, manager, n_traj: int, split: str = "train") -> list:
     return outputs
 
 
-def reference_batch(policy, teacher, team: TeamSettings, n_traj: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def reference_batch(policy, teacher, team: TrainConfig, n_traj: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """collect_batch's path on the same trajectories: rewards and advantages over the batch."""
     trajectories = []
     for question in QUESTIONS:
         for k in range(n_traj):
-            rollout = run_workflow(team.workflow, [question], PerEntrySeedBackend(policy), FakeRetriever(), team.rollout,
+            rollout = run_workflow(MODES[team.system].workflow, [question], PerEntrySeedBackend(policy), FakeRetriever(), team.rollout,
                                    n_traj=1, seed=trajectory_seed(team.seed, STEP, question["question_id"], k))
             renumber(rollout, k)
             trajectories += rollout.trajectories
-    batch = Rollout(team.workflow, team.rollout, 0, load_prompts().version, trajectories)
-    samples, tokens = to_tables(batch, MODES[team.mode].trained_roles)
-    if team.needs_teacher:
+    batch = Rollout(MODES[team.system].workflow, team.rollout, 0, load_prompts().version, trajectories)
+    samples, tokens = to_tables(batch, MODES[team.system].trained_roles)
+    if MODES[team.system].training.teacher:
         tokens = score_with_teacher(samples, tokens, teacher)
-    samples = compute_rewards(samples, tokens, team.mode, team.rewards)
-    return samples, compute_advantages(samples, tokens, team.mode, team.opd_beta)
+    samples = compute_rewards(samples, tokens, team.system, team.rewards)
+    return samples, compute_advantages(samples, tokens, team.system, team.rewards.opd_beta)
 
 
 def assert_tables_equal(got, want) -> None:
@@ -203,7 +205,7 @@ def run_both(tokenizer, repo_root, mode: str, kind: str, n_traj: int = 2, split:
 # --------------------------------------------------------------------------- the agent loop
 
 
-@pytest.mark.parametrize(("mode", "kind"), [("stage1", "scripted"), ("opd", "scripted"), ("opd", "sampled")])
+@pytest.mark.parametrize(("mode", "kind"), [("c_mas_rl", "scripted"), ("multiagent_opd", "scripted"), ("multiagent_opd", "sampled")])
 def test_agent_loop_reproduces_the_in_process_tables(tokenizer, repo_root, mode, kind):
     outputs, calls, reference = run_both(tokenizer, repo_root, mode, kind)
     assert all(isinstance(o, list) and len(o) > 1 for o in outputs)  # several samples per run
@@ -213,7 +215,7 @@ def test_agent_loop_reproduces_the_in_process_tables(tokenizer, repo_root, mode,
     assert set(samples["workflow"]) == {MODES[mode].workflow}
     assert set(samples["trajectory_id"]) == {f"q{i}/t{k}" for i in range(2) for k in range(2)}
     if kind == "scripted":
-        assert set(samples["role"]) == ({"searcher", "answerer"} if mode == "stage1" else {"leader", "searcher", "answerer"})
+        assert set(samples["role"]) == ({"searcher", "answerer"} if mode == "c_mas_rl" else {"leader", "searcher", "answerer"})
         assert (samples["n_search"] > 0).any()
     # every request went to the server alone, with its entry seed, SGLang's sampling keys and the stop tags kept
     assert len(calls) == sum(samples["n_turns"])
@@ -225,7 +227,7 @@ def test_agent_loop_reproduces_the_in_process_tables(tokenizer, repo_root, mode,
 
 
 def test_outputs_carry_the_contract_masks(tokenizer, repo_root):
-    outputs, _, (samples, tokens) = run_both(tokenizer, repo_root, "opd", "scripted", n_traj=1)
+    outputs, _, (samples, tokens) = run_both(tokenizer, repo_root, "multiagent_opd", "scripted", n_traj=1)
     flat = [o for run in outputs for o in run]
     assert [o.extra_fields[SAMPLE_KEY]["sample_id"] for o in flat] == list(samples["sample_id"])
     observed = 0
@@ -248,7 +250,7 @@ def test_outputs_carry_the_contract_masks(tokenizer, repo_root):
 
 
 def test_dev_rows_use_one_candidate_and_the_team_outcome(tokenizer, repo_root):
-    outputs, _, _ = run_both(tokenizer, repo_root, "opd", "scripted", n_traj=1, split="dev")
+    outputs, _, _ = run_both(tokenizer, repo_root, "multiagent_opd", "scripted", n_traj=1, split="dev")
     samples, tokens = tables_from_outputs([o for run in outputs for o in run])
     answerers = samples[samples["role"] == "answerer"]
     assert list(answerers["candidate_id"]) == [0, 0]  # one candidate per question
@@ -257,7 +259,7 @@ def test_dev_rows_use_one_candidate_and_the_team_outcome(tokenizer, repo_root):
 
 
 def test_a_teacher_mode_without_a_teacher_url_fails(tokenizer, repo_root):
-    team = settings("opd")
+    team = settings("multiagent_opd")
     loop = make_loop(SGLangServerManager("http://unused"), tokenizer, team, None, repo_root)
     with pytest.raises(InputError, match="teacher_url"):
         asyncio.run(loop.run({}, raw_prompt=[], extra_info=extra_info(QUESTIONS[0]), session_id=0))
@@ -291,8 +293,8 @@ def verl_batch(tokenizer, flat_outputs):
 
 
 @pytest.mark.parametrize(("mode", "kind"), [
-    ("opd", "scripted"), ("stage1", "scripted"), ("no_searcher_supervision", "scripted"),
-    ("outcome_rl_searcher", "scripted"), ("opd", "sampled"),
+    ("multiagent_opd", "scripted"), ("c_mas_rl", "scripted"), ("ablation_no_searcher_supervision", "scripted"),
+    ("ablation_outcome_rl_searcher", "scripted"), ("multiagent_opd", "sampled"),
 ])
 def test_registered_estimator_on_the_verl_batch_equals_in_process_advantages(tokenizer, repo_root, mode, kind):
     outputs, _, (samples, tokens) = run_both(tokenizer, repo_root, mode, kind)
@@ -307,7 +309,7 @@ def test_registered_estimator_on_the_verl_batch_equals_in_process_advantages(tok
     # nothing outside the responses, nothing on masked tokens
     mask = data.batch["response_mask"].bool()
     assert (advantages[~mask] == 0).all()
-    if mode == "no_searcher_supervision":
+    if mode == "ablation_no_searcher_supervision":
         searchers = [row[s] for s in samples.loc[samples["role"] == "searcher", "sample_id"]]
         assert (advantages[searchers] == 0).all() and (data.batch["response_mask"][searchers] == 0).all()
 
@@ -327,7 +329,7 @@ def tq_fields(flat_outputs):
     return list_of_dict_to_tensordict(fields + [filler]), [{} for _ in fields] + [tag]
 
 
-@pytest.mark.parametrize("mode", ["opd", "stage1"])
+@pytest.mark.parametrize("mode", ["multiagent_opd", "c_mas_rl"])
 def test_v1_trainer_advantages_on_transfer_queue_fields_equal_in_process(tokenizer, repo_root, mode):
     outputs, _, (samples, tokens) = run_both(tokenizer, repo_root, mode, "scripted")
     flat = [o for run in outputs for o in run]

@@ -24,15 +24,15 @@ from pipeline.cli import main
 from pipeline.config import load_params
 from pipeline.errors import InputError
 from pipeline.io import write_parquet
-from pipeline.rl.modes import BY_TRAIN_KEY
 from pipeline.rl.train_params import train_config
+from pipeline.systems import TRAINED
 from pipeline.verl_agent.agent_file import read_entry, stage_train_config
 from pipeline.verl_agent.agent_run import question_row
 from pipeline.verl_agent.datasets import verl_rows
 from pipeline.verl_agent.hydra_configs import CONFIG_DIR, compose_stage, hydra_compose
 from pipeline.verl_agent.launch import PLUGIN, build_launch, export_command, mismatches, prepare
 
-KEYS = sorted(BY_TRAIN_KEY)
+KEYS = sorted(s.name for s in TRAINED)
 URLS = dict(retriever_url="http://r:8000/retrieve", teacher_url="http://t:30001", judge_url="http://j:30002")
 
 
@@ -59,7 +59,7 @@ def test_stage_config_has_the_paper_numbers(paper, key):
     cfg = compose_stage(key)
     tc = train_config(paper, key)
     assert mismatches(cfg, tc) == []
-    # the paper's numbers, spelled out (SPEC 6): 32 questions, 5 trajectories, lr 1e-6
+    # the paper's numbers, spelled out (docs/method.md §6): 32 questions, 5 trajectories, lr 1e-6
     assert (cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (32, 5)
     assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.actor_rollout_ref.actor.clip_ratio_c == 3.0
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla"
@@ -80,7 +80,7 @@ def test_hydra_composes_the_same_config(key):
     assert OmegaConf.to_container(hydra_compose(key)) == OmegaConf.to_container(compose_stage(key))
 
 
-@pytest.mark.parametrize("key", ["teacher", "team"])
+@pytest.mark.parametrize("key", ["c_mas_rl", "multiagent_opd"])
 def test_verl_validates_the_config_and_builds_its_dataclasses(key):
     cfg = compose_stage(key)
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
@@ -94,29 +94,29 @@ def test_verl_validates_the_config_and_builds_its_dataclasses(key):
 def test_a_wrong_key_fails_in_a_shared_file(config_copy):
     _edit(config_copy / "maopd_base.yaml", "      lr: 1.0e-06", "      learning_rate: 1.0e-06")
     with pytest.raises(InputError, match=r"maopd_base.yaml: actor_rollout_ref.actor.optim.learning_rate"):
-        compose_stage("team", config_dir=config_copy)
+        compose_stage("multiagent_opd", config_dir=config_copy)
 
 
 def test_a_wrong_key_fails_in_a_stage_file_and_in_overrides(config_copy):
-    _edit(config_copy / "team.yaml", "  experiment_name: team", "  experiment: team")
-    with pytest.raises(InputError, match=r"team.yaml: trainer.experiment"):
-        compose_stage("team", config_dir=config_copy)
+    _edit(config_copy / "multiagent_opd.yaml", "  experiment_name: multiagent_opd", "  experiment: multiagent_opd")
+    with pytest.raises(InputError, match=r"multiagent_opd.yaml: trainer.experiment"):
+        compose_stage("multiagent_opd", config_dir=config_copy)
     with pytest.raises(InputError, match="overrides: trainer.bogus"):
-        compose_stage("teacher", ["trainer.bogus=1"])
+        compose_stage("c_mas_rl", ["trainer.bogus=1"])
 
 
 def test_a_number_that_disagrees_with_params_is_reported(config_copy, paper):
     _edit(config_copy / "maopd_base.yaml", "  train_batch_size: 32", "  train_batch_size: 64")
-    wrong = mismatches(compose_stage("team", config_dir=config_copy), train_config(paper, "team"))
+    wrong = mismatches(compose_stage("multiagent_opd", config_dir=config_copy), train_config(paper, "multiagent_opd"))
     assert wrong == ["data.train_batch_size: 64 != 32"]
 
 
 def test_unknown_stage_and_bad_defaults(config_copy):
-    with pytest.raises(InputError, match="unknown key"):
+    with pytest.raises(InputError, match="expected a trained system"):
         compose_stage("stage3")
-    _edit(config_copy / "team.yaml", "  - ppo_trainer\n", "")
+    _edit(config_copy / "multiagent_opd.yaml", "  - ppo_trainer\n", "")
     with pytest.raises(InputError, match="defaults must start with ppo_trainer"):
-        compose_stage("team", config_dir=config_copy)
+        compose_stage("multiagent_opd", config_dir=config_copy)
 
 
 # --------------------------------------------------------------------------- launch
@@ -130,21 +130,21 @@ def test_launch_builds_the_main_ppo_command(paper, tmp_path, key):
     assert f"--config-path={CONFIG_DIR}" in argv
     assert "trainer.n_gpus_per_node=4" in argv and f"data.train_files={tmp_path / 'data/verl/train.parquet'}" in argv
     assert launch.env["VERL_USE_EXTERNAL_MODULES"] == PLUGIN
-    assert launch.entry["train_key"] == key and launch.entry["name"] == f"maopd_{key}"
+    assert launch.entry["system"] == key and launch.entry["name"] == f"maopd_{key}"
     assert "verl.trainer.main_ppo" in launch.shell()
 
 
 def test_launch_refuses_missing_services_and_other_profiles(paper, repo_root, tmp_path):
     with pytest.raises(InputError, match="teacher_url"):
-        build_launch(paper, tmp_path, "team", retriever_url="http://r")
+        build_launch(paper, tmp_path, "multiagent_opd", retriever_url="http://r")
     with pytest.raises(InputError, match="teacher_url"):  # the Prompted Critic keeps OPD's KL-to-Teacher term
         build_launch(paper, tmp_path, "prompted_critic", retriever_url="http://r")
     with pytest.raises(InputError, match="judge_url"):
         build_launch(paper, tmp_path, "prompted_critic", retriever_url="http://r", teacher_url="http://t")
-    build_launch(paper, tmp_path, "teacher", retriever_url="http://r")  # Stage I has no Teacher yet
+    build_launch(paper, tmp_path, "c_mas_rl", retriever_url="http://r")  # Stage I has no Teacher yet
     tiny = load_params(repo_root / "params.yaml", profile="tiny")
     with pytest.raises(InputError, match="disagrees with params.yaml"):
-        build_launch(tiny, tmp_path, "team", **URLS)
+        build_launch(tiny, tmp_path, "multiagent_opd", **URLS)
 
 
 def _splits(root: Path) -> None:
@@ -159,14 +159,14 @@ def test_prepare_writes_what_verl_and_our_trainer_read(paper, tmp_path, monkeypa
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
     _splits(tmp_path)
-    launch = build_launch(paper, tmp_path, "team", **URLS)
+    launch = build_launch(paper, tmp_path, "multiagent_opd", **URLS)
     files = prepare(launch, paper)
     assert set(files) == {"train", "dev", "agent_loop"} and all(p.is_file() for p in files.values())
     # our trainer finds the stage's params.yaml numbers through verl's own config
-    cfg = compose_stage("team", [a for a in launch.argv if "=" in a and not a.startswith("--")])
+    cfg = compose_stage("multiagent_opd", [a for a in launch.argv if "=" in a and not a.startswith("--")])
     assert read_entry(cfg)["teacher_url"] == URLS["teacher_url"]
     tc = stage_train_config(cfg)
-    assert (tc.mode, tc.optim.n_minibatches) == ("opd", 5)
+    assert (tc.system, tc.optim.n_minibatches) == ("multiagent_opd", 5)
     # verl's RLHFDataset reads our rows, and the agent loop gets its question back
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
@@ -188,19 +188,19 @@ def test_verl_rows_check_their_input():
 
 
 def test_export_command_merges_the_checkpoint_into_the_models_folder(tmp_path):
-    argv = export_command(tmp_path, "teacher", 500)
+    argv = export_command(tmp_path, "c_mas_rl", 500)
     assert argv[1:4] == ["-m", "verl.model_merger", "merge"]
-    assert argv[argv.index("--local_dir") + 1].endswith("checkpoints/verl/teacher/global_step_500/actor")
-    assert argv[argv.index("--target_dir") + 1] == str(tmp_path.resolve() / "data" / "models" / "teacher")
+    assert argv[argv.index("--local_dir") + 1].endswith("checkpoints/verl/c_mas_rl/global_step_500/actor")
+    assert argv[argv.index("--target_dir") + 1] == str(tmp_path.resolve() / "data" / "models" / "c_mas_rl")
 
 
 def test_cli_prints_the_command_and_fails_on_the_tiny_profile(repo_root, capsys):
     params = str(repo_root / "params.yaml")
-    assert main(["--params", params, "--profile", "paper", "train-verl", "team", "--teacher-url", "http://t",
+    assert main(["--params", params, "--profile", "paper", "train-verl", "multiagent_opd", "--teacher-url", "http://t",
                  "-o", "trainer.val_before_train=false"]) == 0
     out = capsys.readouterr().out
-    assert "verl.trainer.main_ppo" in out and "--config-name=team" in out and "trainer.val_before_train=false" in out
-    assert main(["--params", params, "--profile", "tiny", "train-verl", "team", "--teacher-url", "http://t"]) == 2
+    assert "verl.trainer.main_ppo" in out and "--config-name=multiagent_opd" in out and "trainer.val_before_train=false" in out
+    assert main(["--params", params, "--profile", "tiny", "train-verl", "multiagent_opd", "--teacher-url", "http://t"]) == 2
     assert "disagrees with params.yaml" in capsys.readouterr().err
 
 
@@ -217,6 +217,6 @@ def test_plugin_registers_our_pieces_inside_verl(repo_root, tmp_path):
 
 
 def test_a_group_filter_is_reported_as_unsupported_by_verl(paper):
-    cfg = replace(train_config(paper, "teacher"), oversample=4)
-    assert mismatches(compose_stage("teacher"), cfg) == [
+    cfg = replace(train_config(paper, "c_mas_rl"), oversample=4)
+    assert mismatches(compose_stage("c_mas_rl"), cfg) == [
         "train.systems oversample: the verl path has no group filter, expected 1, got 4"]

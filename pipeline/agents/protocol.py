@@ -1,4 +1,4 @@
-"""The action tag grammar of SPEC section 3 and its parser.
+"""The action tag grammar of docs/method.md §3 and its parser.
 
 A model call's generated text is: optional white space, an optional leading
 `<think>...</think>`, optional white space, then exactly one action:
@@ -11,7 +11,7 @@ A model call's generated text is: optional white space, an optional leading
 
 The action ends at the first closing action tag; whatever follows it is ignored
 (generation stops there). Anything else is a `Malformed` with one of `MALFORMATIONS`.
-Decisions SPEC leaves open:
+Decisions docs/method.md leaves open:
 - free text before the action (other than the think block) is malformed
   ("text_before_action"); white space anywhere between blocks is fine;
 - an empty `<report></report>` and an empty `<answer></answer>` are well-formed;
@@ -22,8 +22,9 @@ Decisions SPEC leaves open:
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Collection, Union
+from typing import Union
 
 ACTION_TAGS = ("search", "report", "answer", "dispatch", "answer_with")
 # Every closing action tag: the stop list of every generation request.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pipeline.agents.protocol import Malformed, Report, Search, action_name, parse_action
 from pipeline.agents.trajectory import Call, Segment

@@ -22,7 +22,7 @@ from pipeline.policy.base import Generation, PolicyBackend
 class ModelRequest:
     """One generation request of one tick: a prompt (full context) for one call."""
 
-    team: "Team"
+    team: Team
     call: Call
     prompt_ids: list[int]
     max_new_tokens: int

@@ -130,7 +130,7 @@ class Trajectory:
 @dataclass
 class Rollout:
     workflow: str
-    config: "WorkflowConfig"
+    config: WorkflowConfig
     seed: int
     prompts_version: str
     trajectories: list[Trajectory]

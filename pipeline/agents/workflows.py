@@ -1,4 +1,4 @@
-"""The two team workflows (SPEC section 3), run in lock-step over a whole batch.
+"""The two team workflows (docs/method.md §3), run in lock-step over a whole batch.
 
 Cascade (C-MAS): one Searcher, task = the question, then the Answerer.
 Hierarchy (H-MAS): Leader -> wave of <= max_parallel Searchers -> Leader -> ... -> Answerer.
@@ -9,7 +9,7 @@ request of every trajectory (Answerer candidates are the prompt repeated n_candi
 times with n=1) with one SamplingParams (stop = every closing action tag), and at
 most ONE `retriever.search` call holding every search of the tick.
 
-Rules SPEC leaves open (our choices):
+Rules docs/method.md leaves open (our choices):
 - Steps are 0-based. The budget (cascade_steps, hierarchy_steps) counts Leader and
   Searcher steps; the Answerer's step is always granted after it, so a forced answer
   is possible. `Trajectory.steps` counts the Answerer's step too.
@@ -41,7 +41,8 @@ Rules SPEC leaves open (our choices):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from pipeline.agents.prompts import Prompts, load_prompts
 from pipeline.agents.protocol import STOP_TAGS
@@ -54,7 +55,7 @@ from pipeline.policy.sampling_seeds import key_seed
 from pipeline.retrieval.base import Retriever
 
 
-def _question_rows(questions: Iterable[Mapping[str, Any]] | Any) -> list[dict[str, Any]]:
+def question_rows(questions: Iterable[Mapping[str, Any]] | Any) -> list[dict[str, Any]]:
     """Checked question rows: question_id (or splits' `id`), question, golden_answers, dataset."""
     if hasattr(questions, "to_dict"):  # a pandas DataFrame
         questions = questions.to_dict("records")
@@ -134,7 +135,7 @@ def run_workflow(
             ),
             cfg, prompts, backend,
         )
-        for row in _question_rows(questions)
+        for row in question_rows(questions)
         for k in range(n_traj)
     ]
     rollout = Rollout(workflow, cfg, seed, prompts.version, [t.traj for t in teams])

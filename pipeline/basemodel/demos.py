@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import pandas as pd
 from transformers import PreTrainedTokenizerBase

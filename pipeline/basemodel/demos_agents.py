@@ -11,8 +11,8 @@ Each produces `Demo`s: one prompt and the turns the model should write.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from pipeline.agents.prompts import Prompts, ReportLine
 from pipeline.agents.protocol import Answer, AnswerWith, Dispatch, Report, Search, render_action

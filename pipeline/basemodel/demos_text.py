@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 from pipeline.retrieval.base import Passage
 

@@ -17,7 +17,7 @@ faster with SDPA, so the kernel is switched for training only).
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -84,7 +84,7 @@ def _causal_lm_loss(
 
 
 @contextlib.contextmanager
-def _attention(model: torch.nn.Module, implementation: str | None) -> Iterator[None]:
+def attention_kernel(model: torch.nn.Module, implementation: str | None) -> Iterator[None]:
     """Run with another attention kernel (e.g. "eager"), then restore the model's own
     (a saved model keeps the kernel it was loaded with)."""
     previous = getattr(model.config, "_attn_implementation", None)
@@ -115,7 +115,7 @@ def _run(
     `bf16`: forward under bfloat16 autocast (weights and optimizer stay float32).
     `attention`: the attention kernel to train with ("eager", "sdpa"; None: the model's)."""
     optimizer, schedule = _optimizer_and_schedule(model, lr, steps, warmup_steps, weight_decay)
-    with _attention(model, attention):
+    with attention_kernel(model, attention):
         return _loop(model, batches, optimizer, schedule, steps, log_fn, desc, bf16)
 
 

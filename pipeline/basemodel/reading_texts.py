@@ -23,7 +23,7 @@ roles' (deliberately imperfect) behaviour still comes from the demonstrations al
 from __future__ import annotations
 
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, ContextManager
 
 import pandas as pd
 

@@ -7,8 +7,8 @@ as one symbol (easy to learn, easy to stop on) and `decode` keeps them in the te
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AddedToken, PreTrainedTokenizerFast

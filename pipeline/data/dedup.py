@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 import string
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import duckdb
 import numpy as np

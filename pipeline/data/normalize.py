@@ -1,4 +1,4 @@
-"""SQuAD answer normalisation (SPEC section 7), shared by dedup and exact match."""
+"""SQuAD answer normalisation (docs/method.md §7), shared by dedup and exact match."""
 
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ Same config (seed included) -> identical world.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ class WorldConfig:
     exact_duplicate_rate: float = 0.005  # share of each pool replaced by exact copies inside the pool
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None, where: str = "world config") -> "WorldConfig":
+    def from_dict(cls, values: Mapping[str, Any] | None, where: str = "world config") -> WorldConfig:
         """Build from a params.yaml mapping; unknown keys raise InputError."""
         values = dict(values or {})
         known = {f.name for f in dataclasses.fields(cls)}

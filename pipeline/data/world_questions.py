@@ -11,8 +11,8 @@ the passage holding each answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from tqdm import tqdm

@@ -1,4 +1,4 @@
-"""Paired bootstrap of macro avg@k differences between systems (SPEC section 7).
+"""Paired bootstrap of macro avg@k differences between systems (docs/method.md §7).
 
 Questions are resampled with replacement within each dataset; every system sees the
 same draws; the macro score of a draw is the unweighted mean over datasets of the

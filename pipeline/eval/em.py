@@ -1,4 +1,4 @@
-"""Normalised exact match against gold aliases (SPEC section 7).
+"""Normalised exact match against gold aliases (docs/method.md §7).
 
 The one exact match of the project: evaluation records and the training reward both call
 `exact_match`. On every string input it gives what FlashRAG's `ExactMatch.calculate_em` and

@@ -1,4 +1,4 @@
-"""Answer extraction from the last Answerer output (SPEC section 7).
+"""Answer extraction from the last Answerer output (docs/method.md §7).
 
 `strict_answer` is the headline rule; `flexible_answer` is a diagnostic rule fixed in
 advance that never looks at the gold answers.

@@ -1,4 +1,4 @@
-"""Accuracy, workload and behaviour metrics from evaluation records (SPEC section 7).
+"""Accuracy, workload and behaviour metrics from evaluation records (docs/method.md §7).
 
 All shares and accuracies are in percent. Column names carry the number of runs
 (`avg@4`, `pass@4`, `all@4` for common.eval.runs = 4).

@@ -1,4 +1,4 @@
-"""The 4-run evaluation of one system (SPEC section 7), resumable shard by shard.
+"""The 4-run evaluation of one system (docs/method.md §7), resumable shard by shard.
 
 Questions are cut, in file order, into shards of `shard_questions`. One rollout per
 shard runs every question `runs` times (n_traj = runs; trajectory k is run k) with one
@@ -26,7 +26,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from pipeline.agents.workflow_config import WorkflowConfig
-from pipeline.agents.workflows import _question_rows, run_workflow
+from pipeline.agents.workflows import question_rows, run_workflow
 from pipeline.code_version import code_version
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
@@ -148,7 +148,7 @@ def evaluate_system(
         raise InputError(f"eval: expected 1 Answerer candidate (common.protocol.eval_candidates), got {cfg.n_candidates}")
     start = time.perf_counter()
     out_dir = Path(out_dir)
-    rows = _question_rows(questions)
+    rows = question_rows(questions)
     if not rows:
         raise InputError("eval: no test questions")
     fingerprint = _fingerprint(rows, cfg, runs, shard_questions, seed, system, workflow, fingerprint_extra or {})

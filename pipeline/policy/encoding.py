@@ -4,7 +4,7 @@ so a demonstration's prompt is tokenised exactly like a rollout's prompt."""
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +24,6 @@ from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.sampling_seeds import keyed_uniforms, sample_seeds
 from pipeline.policy.stopping import StopStringChecker
-
 
 # A prefill sub-batch holds prompts up to this factor (plus 16 tokens) longer than its shortest:
 # more, smaller forward passes against less padding, which costs a tiny model's prefill the most.

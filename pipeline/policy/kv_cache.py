@@ -25,7 +25,7 @@ class PreallocatedLayer(DynamicLayer):
         self._views()
 
     @classmethod
-    def copy_of(cls, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> "PreallocatedLayer":
+    def copy_of(cls, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> PreallocatedLayer:
         """A layer holding a copy of filled `keys`/`values`, with room up to `capacity` positions."""
         batch, heads, length, dim = keys.shape
         if capacity < length:

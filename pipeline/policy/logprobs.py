@@ -8,8 +8,8 @@ tokens of every row sit in the last `T` columns and come out as (B, T) tensors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits

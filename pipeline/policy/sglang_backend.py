@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import httpx
 from transformers import AutoTokenizer, PreTrainedTokenizerBase

@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -155,7 +156,7 @@ class SGLangServer:
         except ProcessLookupError:
             pass
 
-    def __enter__(self) -> "SGLangServer":
+    def __enter__(self) -> SGLangServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

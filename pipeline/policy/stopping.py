@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
 # tokenizer -> {final characters of stop strings -> ids of tokens whose text holds one of them}
-_ENDERS: "weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[frozenset[str], frozenset[int]]]" = (
+_ENDERS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[frozenset[str], frozenset[int]]] = (
     weakref.WeakKeyDictionary()
 )
 

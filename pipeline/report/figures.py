@@ -14,12 +14,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from pipeline.io import atomic_path  # noqa: E402
-from pipeline.report.curves import Curve, CurveMetric, questions_per_point  # noqa: E402
-from pipeline.systems import BY_NAME  # noqa: E402
+from pipeline.io import atomic_path
+from pipeline.report.curves import Curve, CurveMetric, questions_per_point
+from pipeline.systems import BY_NAME
 
 
 def _label(system: str) -> str:

@@ -1,6 +1,6 @@
 """Training curves and run ids read back from MLflow (the trainer's and the evaluations' runs).
 
-The trainer logs per step, in runs named after its stage ("teacher", "team", ...) and
+The trainer logs per step, in runs named after its stage (`train@<system>`, pipeline.systems) and
 tagged system=<name>, the metrics of `pipeline.report.curves.CURVE_METRICS` (and more).
 For each run name the latest run counts.
 """
@@ -80,7 +80,7 @@ def read_mlflow(profile: str, metrics: Sequence[CurveMetric], root: Path | None 
     curves: dict[str, Curve] = {}
     used: list[RunInfo] = []
     trained = [r for r in runs if r.kind == "training"]
-    for system in [s.name for s in SYSTEMS if s.mode is not None]:
+    for system in [s.name for s in SYSTEMS if s.trained]:
         for run in sorted((r for r in trained if r.system == system), key=lambda r: -r.start_time):
             series = [_history(client, run.run_id, m.key) for m in metrics]
             if all(s.empty for s in series):

@@ -1,4 +1,4 @@
-"""Numbers published in the paper (SPEC section 9), printed beside ours and labelled so.
+"""Numbers published in the paper (docs/method.md §9), printed beside ours and labelled so.
 
 These are the only numbers of the report that are typed in; the macro avg@4 / pass@4
 of the main table live with the systems in pipeline.systems.
@@ -35,7 +35,7 @@ RESCUED_BY_FLEXIBLE: dict[str, int] = {"multiagent_opd": 0}
 # Outcome-RL Searcher ablation: behaviour over 20,000 workflows (percent).
 OUTCOME_RL_BEHAVIOUR = {"no_search_share": 100.0, "subtask_and_report_share": 99.51,
                         "final_answer_share": 99.03}
-# External systems the paper compares with (SPEC section 9): macro avg@4 and pass@4 (None:
+# External systems the paper compares with (docs/method.md §9): macro avg@4 and pass@4 (None:
 # not given). Published-only rows of the main table: not rebuilt here.
 EXTERNAL: dict[str, tuple[float, float | None]] = {
     "Search-R1": (33.39, None),

@@ -94,7 +94,7 @@ def gap_table(results: Results, repair: bool) -> Table:
 
 def ablation_table(results: Results) -> Table:
     k = results.runs
-    names = [results.target] + [s.name for s in SYSTEMS if s.mode in ABLATIONS]
+    names = [results.target] + [s.name for s in SYSTEMS if s.name in ABLATIONS]
     headers = ["system", f"macro avg@{k}", f"macro pass@{k}", f"macro all@{k}", "no-search share (%)",
                "searches / workflow", f"{pub.LABEL} avg@4"]
     rows = []

@@ -21,8 +21,9 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pipeline.retrieval.base import Passage, Retriever
 from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, MAX_WAITING_REQUESTS

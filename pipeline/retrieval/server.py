@@ -15,7 +15,7 @@ import json
 import sys
 import threading
 from dataclasses import asdict
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -36,7 +36,7 @@ class RetrieveRequest(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="ignore")
     queries: list[StrictStr]
-    topk: Optional[StrictInt] = None
+    topk: StrictInt | None = None
     return_scores: StrictBool = False
 
 
@@ -102,7 +102,7 @@ async def read_body(request: Request, limits: ServerLimits) -> bytes:
 
     try:
         return await asyncio.wait_for(receive(), timeout=limits.body_timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise Refused(408, f"invalid request: body not complete after {limits.body_timeout_s:g} s "
                            f"(Content-Length {declared})") from None
 

@@ -1,4 +1,4 @@
-"""Role-scoped advantages (SPEC 5.2-5.4): one estimator over tensors, and the adapter from
+"""Role-scoped advantages (docs/method.md §5.2-5.4): one estimator over tensors, and the adapter from
 the samples and tokens tables to it.
 
 The maths is `compute_multiagent_opd_advantage`, registered with verl as "multiagent_opd"
@@ -26,7 +26,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register
 from pipeline.errors import InputError
 from pipeline.rl.batch import last_token_rewards, pad_column, unpad
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
-from pipeline.rl.modes import ROLE_IDS, TrainingMode, get_mode
+from pipeline.systems import ROLE_IDS, System, trained_system
 
 ESTIMATOR_NAME = "multiagent_opd"
 GRPO_EPSILON = 1e-6
@@ -143,8 +143,8 @@ class Units:
     role: np.ndarray  # (U,) str
 
 
-def grpo_units(samples: pd.DataFrame, mode: TrainingMode) -> Units:
-    """The reward units of every GRPO role of `mode`, in order of first appearance.
+def grpo_units(samples: pd.DataFrame, system: System) -> Units:
+    """The reward units of every GRPO role of `system`, in order of first appearance.
 
     A role's units are its samples' trajectories or samples, and with reward_column "r_em" every
     trajectory of the batch (also those where the role never acted). A group is one
@@ -154,7 +154,7 @@ def grpo_units(samples: pd.DataFrame, mode: TrainingMode) -> Units:
     rewards: list[np.ndarray] = []
     groups: list[pd.DataFrame] = []
     n_units = 0
-    for role, policy in mode.roles.items():
+    for role, policy in system.roles.items():
         if policy.kind != "grpo":
             continue
         scope = _SCOPE_COLUMN[policy.scope]
@@ -188,26 +188,26 @@ def grpo_units(samples: pd.DataFrame, mode: TrainingMode) -> Units:
     return Units(row_unit, np.concatenate(rewards), group, keys["role"].to_numpy(dtype=object))
 
 
-def trained_mask(samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode) -> np.ndarray:
+def trained_mask(samples: pd.DataFrame, tokens: pd.DataFrame, system: System) -> np.ndarray:
     """tokens.loss_mask with every token of a role trained with kind "none" set to 0."""
-    untrained = [role for role, p in mode.roles.items() if p.kind == "none"]
+    untrained = [role for role, p in system.roles.items() if p.kind == "none"]
     role_of = samples.set_index("sample_id")["role"]
     off = tokens["sample_id"].map(role_of).isin(untrained).to_numpy()
     return np.where(off, 0, tokens["loss_mask"].to_numpy(dtype=np.int64))
 
 
-def estimator_inputs(samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode | str, beta: float) -> dict[str, Any]:
+def estimator_inputs(samples: pd.DataFrame, tokens: pd.DataFrame, system: System | str, beta: float) -> dict[str, Any]:
     """Keyword arguments of `compute_multiagent_opd_advantage` for a batch, rows in `samples` order.
 
     Uses samples.reward / samples.r_em (from compute_rewards) and the tokens' loss_mask,
     old_logp, teacher_logp; response_mask is 0 on the tokens of untrained roles.
     """
-    mode = get_mode(mode) if isinstance(mode, str) else mode
+    system = trained_system(system) if isinstance(system, str) else system
     require_unique(samples, "sample_id", "samples")
     ids = samples["sample_id"].to_numpy(dtype=object)
-    units = grpo_units(samples, mode)
-    opd_roles = [role for role, p in mode.roles.items() if p.kind == "opd"]
-    masked = tokens.assign(loss_mask=trained_mask(samples, tokens, mode))
+    units = grpo_units(samples, system)
+    opd_roles = [role for role, p in system.roles.items() if p.kind == "opd"]
+    masked = tokens.assign(loss_mask=trained_mask(samples, tokens, system))
     return {
         "token_level_rewards": last_token_rewards(masked, ids, samples["reward"].to_numpy(dtype=np.float64)),
         "response_mask": pad_column(masked, ids, "loss_mask"),
@@ -224,20 +224,20 @@ def estimator_inputs(samples: pd.DataFrame, tokens: pd.DataFrame, mode: Training
 
 
 def compute_advantages(
-    samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode | str, beta: float
+    samples: pd.DataFrame, tokens: pd.DataFrame, system: System | str, beta: float
 ) -> pd.DataFrame:
-    """Tokens with `advantage` filled for `mode`; tokens with loss_mask 0 get exactly 0.
+    """Tokens with `advantage` filled for `system` (trained systems of pipeline.systems); tokens with loss_mask 0 get exactly 0.
 
     `samples` must carry the rewards of `pipeline.rl.rewards.compute_rewards`. Roles trained
     with kind "none" (Searchers without supervision) get loss_mask set to 0 here.
     """
-    mode = get_mode(mode) if isinstance(mode, str) else mode
+    system = trained_system(system) if isinstance(system, str) else system
     require_columns(
         samples, ["sample_id", "question_id", "trajectory_id", "request_id", "workflow", "role", "reward", "r_em"], "samples"
     )
     require_columns(tokens, ["sample_id", "loss_mask", "old_logp", "teacher_logp"], "tokens")
     require_unique(samples, "sample_id", "samples")
-    require_roles(samples, mode.roles, f"mode {mode.name}")
+    require_roles(samples, system.roles, f"system {system.name}")
     role_of = samples.set_index("sample_id")["role"]
     token_role = tokens["sample_id"].map(role_of)
     if token_role.isna().any():
@@ -246,7 +246,7 @@ def compute_advantages(
         raise InputError("tokens.role: disagrees with the role of the sample in samples")
 
     out = tokens.copy()
-    out["loss_mask"] = trained_mask(samples, tokens, mode)
-    advantages, _ = compute_multiagent_opd_advantage(**estimator_inputs(samples, tokens, mode, beta))
+    out["loss_mask"] = trained_mask(samples, tokens, system)
+    advantages, _ = compute_multiagent_opd_advantage(**estimator_inputs(samples, tokens, system, beta))
     out["advantage"] = unpad(out, samples["sample_id"].to_numpy(dtype=object), advantages)
     return out

@@ -10,8 +10,8 @@ The mask-integrity suite (pipeline.validate.masks) runs on them; a violation rai
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 

@@ -24,18 +24,18 @@ import torch
 from pipeline.agents.trajectory import Rollout
 from pipeline.policy.logprobs import pack_prompt_response, response_kl
 from pipeline.rl.advantages import grpo_unit_advantage, grpo_units
-from pipeline.rl.modes import TrainingMode
+from pipeline.systems import System
 
 
-def advantage_diagnostics(samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode) -> dict[str, float]:
+def advantage_diagnostics(samples: pd.DataFrame, tokens: pd.DataFrame, system: System) -> dict[str, float]:
     out: dict[str, float] = {}
     role_of = samples.set_index("sample_id")["role"]
     token_role = tokens["sample_id"].map(role_of).to_numpy()
     on_loss = tokens["loss_mask"].to_numpy() > 0
     advantage = np.abs(tokens["advantage"].to_numpy(dtype=np.float64))
-    units = grpo_units(samples, mode)
+    units = grpo_units(samples, system)
     unit_adv = grpo_unit_advantage(units.reward, units.group) if len(units.reward) else np.zeros(0)
-    for role, policy in mode.roles.items():
+    for role, policy in system.roles.items():
         on = on_loss & (token_role == role)
         if policy.kind != "none" and on.any():
             out[f"abs_adv_{role}_{policy.kind}"] = float(advantage[on].mean())

@@ -1,4 +1,4 @@
-"""Prompted-Critic judge (SPEC 5.4): the base model, prompted, scores each Searcher report 0..10.
+"""Prompted-Critic judge (docs/method.md §5.4): the base model, prompted, scores each Searcher report 0..10.
 
 One greedy generation per well-formed Searcher sample from `Prompts.judge_prompt(task,
 passages it retrieved, report)`; `parse_judge_score` reads `<score>n</score>`. An unparsable

@@ -1,9 +1,9 @@
-"""PPO clipped surrogate (SPEC 6) via verl's `vanilla` policy loss, and the minibatch split."""
+"""PPO clipped surrogate (docs/method.md §6) via verl's `vanilla` policy loss, and the minibatch split."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 import torch

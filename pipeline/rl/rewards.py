@@ -1,4 +1,4 @@
-"""Rewards of SPEC section 5 as pure functions over the samples table.
+"""Rewards of docs/method.md §5 as pure functions over the samples table.
 
 Each function returns a copy of `samples` with columns added; `reward` is filled
 role by role and ends as exactly the value that enters the advantage (after the
@@ -17,7 +17,7 @@ from pipeline.config import RewardParams
 from pipeline.errors import InputError
 from pipeline.eval.em import exact_match
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
-from pipeline.rl.modes import KL_ROLES, TrainingMode, get_mode
+from pipeline.systems import KL_ROLES, System, trained_system
 
 REWARD_COLUMNS = ("correct", "r_em", "b_s", "judge_score", "kl_to_teacher", "reward")
 
@@ -117,7 +117,7 @@ def leader_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
 
 
 def answerer_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
-    """Answerer candidate: R_A = c_ij; a malformed candidate gets -1 (SPEC 5.1, our choice)."""
+    """Answerer candidate: R_A = c_ij; a malformed candidate gets -1 (docs/method.md §5.1, our choice)."""
     require_columns(samples, ["role", "malformed", "correct"], "samples")
     rows = samples[samples["role"] == "answerer"]
     reward = np.where(_flag(rows, "malformed"), weights.malformed_reward, rows["correct"].to_numpy(dtype=np.float64))
@@ -125,7 +125,7 @@ def answerer_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFram
 
 
 def outcome_searcher_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
-    """Outcome-RL Searcher ablation: R_S = R_EM of the trajectory (no malformed penalty: SPEC 5.4
+    """Outcome-RL Searcher ablation: R_S = R_EM of the trajectory (no malformed penalty: docs/method.md §5.4
     asks for the same value on all Searcher tokens of a trajectory)."""
     require_columns(samples, ["role", "r_em"], "samples")
     rows = samples[samples["role"] == "searcher"]
@@ -174,11 +174,11 @@ def kl_in_reward(
     *,
     require_teacher: bool = False,
 ) -> pd.DataFrame:
-    """KL to the Teacher in the Leader and Answerer rewards (SPEC 5.2, verl use_kl_in_reward, "kl").
+    """KL to the Teacher in the Leader and Answerer rewards (docs/method.md §5.2, verl use_kl_in_reward, "kl").
 
     kl_to_teacher = sum over loss tokens of (old_logp - teacher_logp); reward -= coef * kl_to_teacher.
     Answerer: per sample. Leader: summed over all Leader samples of the trajectory, because the
-    Leader's reward and advantage are one value per trajectory (SPEC 5.2); every Leader row of the
+    Leader's reward and advantage are one value per trajectory (docs/method.md §5.2); every Leader row of the
     trajectory carries that sum. Loss tokens all NaN in teacher_logp = no Teacher: kl_to_teacher NaN
     and reward unchanged (an error when `require_teacher`). A sample without loss tokens adds 0.
     Apply once: the function refuses a table whose kl_to_teacher is already filled.
@@ -210,31 +210,31 @@ def kl_in_reward(
 
 
 _SEARCHER_REWARD = {
-    "stage1": searcher_stage1_reward,
+    "em_and_behaviour": searcher_stage1_reward,
     "outcome": outcome_searcher_reward,
     "critic": prompted_critic_searcher_reward,
 }
 
 
 def compute_rewards(
-    samples: pd.DataFrame, tokens: pd.DataFrame, mode: TrainingMode | str, weights: RewardParams
+    samples: pd.DataFrame, tokens: pd.DataFrame, system: System | str, weights: RewardParams
 ) -> pd.DataFrame:
-    """All reward columns for one rollout batch in `mode` (pipeline.rl.modes), weighted by `weights`.
+    """All reward columns for one rollout batch of training `system` (pipeline.systems), weighted by `weights`.
 
-    Adds correct, r_em, b_s, judge_score (kept from the input where the mode has a judge,
+    Adds correct, r_em, b_s, judge_score (kept from the input where the system has a judge,
     else NaN), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
-    supervision) get reward NaN. KL-in-reward: in every mode with a Teacher, whose scores
+    supervision) get reward NaN. KL-in-reward: in every system with a Teacher, whose scores
     are then required on every Leader and Answerer loss token; none without a Teacher.
     """
-    mode = get_mode(mode) if isinstance(mode, str) else mode
+    system = trained_system(system) if isinstance(system, str) else system
     require_columns(samples, ["sample_id", "trajectory_id", "workflow", "role"], "samples")
-    require_roles(samples, mode.roles, f"mode {mode.name}")
-    bad_workflow = samples["workflow"] != mode.workflow
+    require_roles(samples, system.roles, f"system {system.name}")
+    bad_workflow = samples["workflow"] != system.workflow
     if bad_workflow.any():
         raise InputError(
-            f"samples.workflow: mode {mode.name} expects {mode.workflow!r}, found {samples['workflow'][bad_workflow].iloc[0]!r}"
+            f"samples.workflow: system {system.name} expects {system.workflow!r}, found {samples['workflow'][bad_workflow].iloc[0]!r}"
         )
-    keep_judge = mode.judge is not None
+    keep_judge = system.training.judge is not None
     out = samples.drop(columns=[c for c in REWARD_COLUMNS if c in samples.columns and not (keep_judge and c == "judge_score")])
     if not keep_judge:
         out["judge_score"] = np.nan
@@ -242,11 +242,11 @@ def compute_rewards(
     out["reward"] = np.nan
     out = team_outcome(answerer_correctness(out))
     out = answerer_reward(out, weights)
-    if "leader" in mode.roles:
+    if "leader" in system.roles:
         out = leader_reward(out, weights)
-    if mode.searcher_reward != "none":
-        out = _SEARCHER_REWARD[mode.searcher_reward](out, weights)
-    if not mode.kl_in_reward:
+    if system.training.searcher_reward != "none":
+        out = _SEARCHER_REWARD[system.training.searcher_reward](out, weights)
+    if not system.kl_in_reward:
         out["kl_to_teacher"] = np.nan
         return out
     return kl_in_reward(out, tokens, weights.kl_coef, require_teacher=True)

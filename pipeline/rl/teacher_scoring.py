@@ -1,4 +1,4 @@
-"""Teacher scoring (SPEC 5.2): the frozen Teacher, teacher-forced on exactly the student's context.
+"""Teacher scoring (docs/method.md §5.2): the frozen Teacher, teacher-forced on exactly the student's context.
 
 For each sample the Teacher gets the sample's own `prompt_ids` and its full response ids
 (generated tokens with the observations interleaved, as recorded at rollout; never

@@ -1,8 +1,9 @@
 """Every number one training run needs, resolved from params.yaml into one frozen record.
 
-`train_config(params, key)` reads `common` (protocol, rewards, optim), `<profile>.train.shared`
-and `<profile>.train.systems.<key>`; `key` is a training mode's `train_key`
-(pipeline.rl.modes). Nothing here has a default: every value comes from params.yaml.
+`train_config(params, name)` reads `common` (protocol, rewards, optim), `<profile>.train.shared`,
+`<profile>.train.systems.<name>` and the evaluation's sampling (`<profile>.eval.rollout`,
+`<profile>.eval.seed`); `name` is a trained system of pipeline.systems. Nothing here has a
+default: every value comes from params.yaml.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from dataclasses import asdict, dataclass
 
 from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.config import OptimParams, Params, RewardParams, workflow_config
-from pipeline.rl.modes import mode_of_key
+from pipeline.systems import trained_system
 
 KEEP_CHECKPOINTS = 2  # newest checkpoints kept on disk (resume state, not a result)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    mode: str  # a pipeline.rl.modes name
+    system: str  # the trained system's name (pipeline.systems)
     steps: int
     seed: int
     questions_per_batch: int
@@ -47,14 +48,14 @@ class TrainConfig:
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def train_config(params: Params, key: str) -> TrainConfig:
-    """The TrainConfig of one training stage; `key` names its `train.systems` entry."""
-    mode = mode_of_key(key)
+def train_config(params: Params, name: str) -> TrainConfig:
+    """The TrainConfig of the training stage of system `name` (its `train.systems` entry)."""
+    system = trained_system(name)
     shared = params.train.shared
-    own = getattr(params.train.systems, key)
+    own = getattr(params.train.systems, system.name)
     common = params.common
     return TrainConfig(
-        mode=mode.name,
+        system=system.name,
         steps=own.steps,
         seed=own.seed,
         questions_per_batch=shared.questions_per_batch,

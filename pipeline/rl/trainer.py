@@ -3,14 +3,12 @@ Critic): one loop, one shared model for all roles, CPU or one GPU.
 
 One step (`train` below, top to bottom):
   1. draw `oversample` x `questions_per_batch` training questions from (seed, step), so a resumed
-     run draws the same ones; roll out the mode's workflow (cascade for stage1, hierarchy
+     run draws the same ones; roll out the system's workflow (cascade for the Teacher, hierarchy
      otherwise) with `trajectories_per_question` trajectories and `train_candidates` Answerer
      candidates;
-  2. tables (pipeline.agents.to_tables) with the mode's trained roles;
-  3. Teacher scoring (pipeline.rl.teacher_scoring): one teacher-forced pass per sample with a
-     loss token, on exactly the student's context; log-probs kept on generated tokens;
-  4. Prompted-Critic judge scores (pipeline.rl.judge), prompted_critic only;
-  5. rewards (pipeline.rl.rewards.compute_rewards); with oversample > 1, dynamic sampling
+  2-5. pipeline.rl.batch_rewards.rewarded_tables: tables with the system's trained roles,
+     Teacher scoring (one teacher-forced pass per sample with a loss token, on exactly the
+     student's context), the Prompted-Critic judge's scores, rewards; with oversample > 1, dynamic sampling
      (pipeline.rl.group_filter) keeps the first `questions_per_batch` questions whose
      trajectories' team outcome differs; -> advantages (compute_advantages);
   6. audit tables at step 0 and every `audit_every` steps (pipeline.rl.audit; fails on a
@@ -21,7 +19,7 @@ One step (`train` below, top to bottom):
   8. dev evaluation at step 0, every `eval_every` steps and at the end; checkpoint every
      `checkpoint_every` steps and at the end (pipeline.rl.checkpoint); metrics to `log_fn`.
 
-What each mode trains, with which Teacher and judge, is its record in pipeline.rl.modes. The
+What each system trains, with which Teacher and judge, is its record in pipeline.systems. The
 Stage-II student always starts from the base weights; the Teacher and the judge are frozen.
 
 Metric keys (per step): reward_leader, reward_searcher, reward_answerer (mean `reward` of the
@@ -42,16 +40,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from pipeline.agents import run_workflow, to_tables
+from pipeline.agents import run_workflow
 from pipeline.code_version import code_version
 from pipeline.data.dev_sample import dev_sample
 from pipeline.errors import InputError
@@ -64,15 +62,14 @@ from pipeline.retrieval.base import Retriever
 from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.audit import write_audit
 from pipeline.rl.batch import pad_column
+from pipeline.rl.batch_rewards import require_scorers, rewarded_tables
 from pipeline.rl.checkpoint import load_latest, save_checkpoint
 from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_contexts, searcher_kl
 from pipeline.rl.group_filter import filter_batch
-from pipeline.rl.judge import judge_searchers
 from pipeline.rl.loss import length_buckets, minibatches, policy_loss
-from pipeline.rl.modes import TrainingMode, get_mode
-from pipeline.rl.rewards import compute_rewards
-from pipeline.rl.teacher_scoring import sample_token_ids, score_with_teacher
+from pipeline.rl.teacher_scoring import sample_token_ids
 from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig
+from pipeline.systems import System, trained_system
 
 # Padded tokens per forward/backward pass in the PPO update. Only memory and speed depend on it:
 # micro-batches accumulate to the minibatch's exact token-mean gradient.
@@ -95,7 +92,7 @@ class TrainInputs:
     checkpoint_dir: Path | None = None
     audit_dir: Path | None = None
     # The Stage-I Teacher, for the dev KL diagnostic of Stage-II runs (the same for every
-    # Stage-II system, whichever Teacher its mode trains with); None: no KL diagnostic
+    # Stage-II system, whichever Teacher it trains with); None: no KL diagnostic
     reference: HFBackend | None = None
     # checkpoint.inputs_fingerprint of the weights and questions, so a checkpoint made from
     # other inputs is not resumed
@@ -126,13 +123,7 @@ def _seed(*parts: int) -> int:
 
 def check_inputs(cfg: TrainConfig, inputs: TrainInputs) -> None:
     """Bad set-ups fail before any work, naming the field."""
-    mode = get_mode(cfg.mode)
-    if mode.teacher is not None and inputs.teacher is None:
-        raise InputError(f"teacher: mode {cfg.mode} needs a Teacher backend (data/models/{mode.teacher})")
-    if mode.teacher is None and inputs.teacher is not None:
-        raise InputError(f"teacher: mode {cfg.mode} has no Teacher; expected none")
-    if (mode.judge is not None) != (inputs.judge is not None):
-        raise InputError(f"judge: mode {cfg.mode} {'needs a judge backend' if mode.judge else 'has no judge'}")
+    require_scorers(trained_system(cfg.system), inputs.teacher, inputs.judge)
     if len(inputs.train_questions) == 0:
         raise InputError("train_questions: expected at least one training question")
     if len(inputs.dev_questions) == 0:
@@ -152,28 +143,23 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 
 def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
     """Rollout -> tables -> Teacher scores -> judge scores -> rewards -> advantages."""
-    mode = get_mode(cfg.mode)
+    system = trained_system(cfg.system)
     pool = inputs.train_questions
     rng = np.random.default_rng([cfg.seed, step, 0])
     drawn = min(cfg.oversample * cfg.questions_per_batch, len(pool))
     picked = np.sort(rng.choice(len(pool), size=drawn, replace=False))
     rollout = run_workflow(
-        mode.workflow, pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
+        system.workflow, pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
         n_traj=cfg.trajectories_per_question, seed=_seed(cfg.seed, step, 1),
     )
-    samples, tokens = to_tables(rollout, mode.trained_roles)
-    if inputs.teacher is not None:
-        tokens = score_with_teacher(samples, tokens, inputs.teacher)
-    unparsable = 0
-    if inputs.judge is not None:
-        samples, unparsable = judge_searchers(samples, inputs.judge, cfg.judge_max_new_tokens)
-    samples = compute_rewards(samples, tokens, mode, cfg.rewards)
+    tables = rewarded_tables(rollout, system, cfg.rewards, inputs.teacher, inputs.judge, cfg.judge_max_new_tokens)
+    samples, tokens = tables.samples, tables.tokens
     generated = int((tokens["source"] == "generated").sum())
     informative = None
     if cfg.oversample > 1:
         samples, tokens, informative = filter_batch(samples, tokens, cfg.questions_per_batch)
-    tokens = compute_advantages(samples, tokens, mode, cfg.rewards.opd_beta)
-    return Batch(samples, tokens, generated, unparsable, drawn, informative)
+    tokens = compute_advantages(samples, tokens, system, cfg.rewards.opd_beta)
+    return Batch(samples, tokens, generated, tables.judge_unparsable, drawn, informative)
 
 
 # --------------------------------------------------------------------------- PPO update
@@ -241,7 +227,7 @@ def ppo_update(
 # --------------------------------------------------------------------------- metrics
 
 
-def batch_metrics(batch: Batch, mode: TrainingMode) -> dict[str, float]:
+def batch_metrics(batch: Batch, system: System) -> dict[str, float]:
     """Mean reward per role, the token-mean KL of the student to the Teacher, and the advantage
     diagnostics of pipeline.rl.diagnostics."""
     out: dict[str, float] = {}
@@ -259,7 +245,7 @@ def batch_metrics(batch: Batch, mode: TrainingMode) -> dict[str, float]:
     out["trained_questions"] = float(batch.samples["question_id"].nunique())
     if batch.informative_questions is not None:
         out["informative_share"] = batch.informative_questions / batch.drawn_questions
-    out.update(advantage_diagnostics(batch.samples, tok, mode))
+    out.update(advantage_diagnostics(batch.samples, tok, system))
     return out
 
 
@@ -272,7 +258,7 @@ def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | Non
     KL(policy || reference) on them."""
     questions = dev_sample(inputs.dev_questions, cfg.dev_questions, cfg.reference_seed)
     rollout = run_workflow(
-        get_mode(cfg.mode).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
+        trained_system(cfg.system).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
         n_traj=1, seed=cfg.reference_seed,
     )
     records = score_rollout(rollout)
@@ -333,7 +319,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
     contexts = reference_contexts(cfg, inputs)
     if start == 0:
         log(0, dev_evaluate(cfg, inputs, contexts))
-    bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.mode}", initial=start, total=cfg.steps, leave=False)
+    bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.system}", initial=start, total=cfg.steps, leave=False)
     for step in bar:
         began = time.perf_counter()
         batch = collect_batch(cfg, inputs, step)
@@ -341,7 +327,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
             write_audit(inputs.audit_dir, step, batch.samples, batch.tokens, policy.decode)
         update = ppo_update(model, optimizer, policy, batch, cfg, _seed(cfg.seed, step, 2))
         seconds = time.perf_counter() - began
-        metrics = {**batch_metrics(batch, get_mode(cfg.mode)), **update, "tokens_per_second": batch.generated_tokens / seconds,
+        metrics = {**batch_metrics(batch, trained_system(cfg.system)), **update, "tokens_per_second": batch.generated_tokens / seconds,
                    "step_seconds": seconds}
         log(step, metrics)
         bar.set_postfix(pg_loss=f"{update['pg_loss']:.3g}", sec=f"{seconds:.1f}")

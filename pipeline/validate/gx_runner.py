@@ -33,7 +33,7 @@ from pipeline.io import atomic_dir
 DOCS_SITE = "pipeline"
 MAX_OFFENDERS = 5
 DOCS_RUN_ID = RunIdentifier(run_name="pipeline-validation",
-                            run_time=datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc))
+                            run_time=datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC))
 _CLOCK_TIME = re.compile(r"\d{8}T\d{6}\.\d{6}Z")  # GE's timestamp format
 _BLOCK_ID = re.compile(r"(collapse-body-)([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 

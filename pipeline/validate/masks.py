@@ -1,10 +1,11 @@
-"""Great Expectations suite for mask integrity of the trajectory audit tables (SPEC section 4)."""
+"""Great Expectations suite for mask integrity of the trajectory audit tables (docs/method.md §4)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import great_expectations as gx
 import pandas as pd

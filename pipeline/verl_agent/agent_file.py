@@ -22,13 +22,14 @@ from pipeline.rl.train_params import TrainConfig, train_config
 LOOP_TARGET = "pipeline.verl_agent.loop.TeamAgentLoop"
 
 
-def entry_name(key: str) -> str:
-    """The agent-loop name of stage `key` (distinct from the bare registered `multiagent_opd_team`)."""
-    return f"maopd_{key}"
+def entry_name(system: str) -> str:
+    """The agent-loop name of the training stage of `system` (distinct from the bare registered
+    `multiagent_opd_team`)."""
+    return f"maopd_{system}"
 
 
 def agent_loop_entry(
-    key: str,
+    system: str,
     params_path: str | Path,
     profile: str,
     retriever_url: str,
@@ -37,7 +38,7 @@ def agent_loop_entry(
     send_seed: bool = False,
 ) -> dict[str, Any]:
     return {
-        "name": entry_name(key), "_target_": LOOP_TARGET, "train_key": key, "params": str(params_path),
+        "name": entry_name(system), "_target_": LOOP_TARGET, "system": system, "params": str(params_path),
         "profile": profile, "retriever_url": retriever_url, "teacher_url": teacher_url, "judge_url": judge_url,
         "send_seed": bool(send_seed),
     }
@@ -69,4 +70,4 @@ def read_entry(verl_config: Any) -> dict[str, Any]:
 def stage_train_config(verl_config: Any) -> TrainConfig:
     """The params.yaml TrainConfig of the stage verl is running."""
     entry = read_entry(verl_config)
-    return train_config(load_params(entry["params"], profile=entry["profile"]), entry["train_key"])
+    return train_config(load_params(entry["params"], profile=entry["profile"]), entry["system"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.agents.workflows import _question_rows
+from pipeline.agents.workflows import question_rows
 from pipeline.errors import InputError
 from pipeline.io import read_parquet, write_parquet
 from pipeline.paths import Paths
@@ -22,7 +22,7 @@ def verl_rows(questions: pd.DataFrame, split: str) -> pd.DataFrame:
     """verl dataset rows of a splits table (columns id or question_id, question, golden_answers, dataset)."""
     if split not in ("train", "dev"):
         raise InputError(f"split: expected 'train' or 'dev', got {split!r}")
-    rows = _question_rows(questions)
+    rows = question_rows(questions)
     return pd.DataFrame({
         "data_source": [r["dataset"] for r in rows],
         "prompt": [[{"role": "user", "content": r["question"]}] for r in rows],

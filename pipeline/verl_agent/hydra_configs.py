@@ -1,9 +1,9 @@
 """The verl stage configs of configs/verl/, composed and checked without a GPU.
 
-A stage file (configs/verl/<key>.yaml, key = a params.yaml `train.systems` key) is a Hydra
+A stage file (configs/verl/<system>.yaml, one per trained system of pipeline.systems) is a Hydra
 primary config: `defaults: [ppo_trainer, maopd_base, _self_]` with verl's config folder on the
 search path, which is how `python -m verl.trainer.main_ppo --config-path configs/verl
---config-name <key>` reads it. Hydra lets a config file add keys that verl does not know, so
+--config-name <system>` reads it. Hydra lets a config file add keys that verl does not know, so
 `compose_stage` merges the same layers in struct mode on top of verl's composed `ppo_trainer`:
 a misspelt key raises InputError naming the file and the key, before any GPU job.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from pipeline.errors import InputError
-from pipeline.rl.modes import mode_of_key
+from pipeline.systems import trained_system
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "verl"
 VERL_PRIMARY = "ppo_trainer"
@@ -47,7 +47,7 @@ def verl_defaults() -> DictConfig:
 
 
 def stage_file(key: str, config_dir: Path = CONFIG_DIR) -> Path:
-    mode_of_key(key)
+    trained_system(key)
     path = Path(config_dir) / f"{key}.yaml"
     if not path.is_file():
         raise InputError(f"{path}: missing verl stage config")

@@ -2,9 +2,9 @@
 
 `build_launch` checks everything it can without a GPU: the stage config composes over verl's
 defaults with every key known (struct mode), its numbers equal the active profile's params.yaml
-(so a tiny-profile launch fails here, not after a cluster start), and the services the mode
+(so a tiny-profile launch fails here, not after a cluster start), and the services the system
 needs have URLs. `prepare` writes the files the command reads: data/verl/{train,dev}.parquet
-and data/verl/<key>/agent_loop.yaml. `export_command` turns a verl checkpoint into the HF folder
+and data/verl/<system>/agent_loop.yaml. `export_command` turns a verl checkpoint into the HF folder
 the next stage or the evaluation reads (verl.model_merger).
 """
 
@@ -14,18 +14,19 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.paths import model_dir
-from pipeline.rl.modes import mode_of_key
+from pipeline.rl.batch_rewards import require_scorers
 from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig, train_config
-from pipeline.systems import trained_by
+from pipeline.systems import trained_system
 from pipeline.verl_agent.agent_file import agent_loop_entry, entry_name, write_agent_loop_file
 from pipeline.verl_agent.datasets import verl_data_dir, write_verl_datasets
 from pipeline.verl_agent.hydra_configs import CONFIG_DIR, compose_stage
@@ -116,19 +117,16 @@ def build_launch(
     overrides: Sequence[str] = (),
     python: str = sys.executable,
 ) -> VerlLaunch:
-    """The command that trains `train.systems.<key>` with verl (see the module doc)."""
-    mode = mode_of_key(key)
-    if mode.teacher is not None and not teacher_url:
-        raise InputError(f"teacher_url: stage {key} ({mode.name}) scores with the Teacher "
-                         f"(data/models/{mode.teacher}) on an SGLang server; give its URL")
-    if mode.judge is not None and not judge_url:
-        raise InputError(f"judge_url: stage {key} needs the judge's (data/models/{mode.judge}) SGLang server URL")
+    """The command that trains system `key` (`train.systems.<key>`) with verl (see the module doc)."""
+    system = trained_system(key)
+    require_scorers(system, teacher_url or None, judge_url or None, "SGLang server URL (teacher_url / judge_url)",
+                    allow_unused=True)
     if n_gpus < 1 or nnodes < 1:
         raise InputError(f"n_gpus, nnodes: expected >= 1, got {n_gpus}, {nnodes}")
     root = Path(root).resolve()
     data = verl_data_dir(root)
     files = {"train": data / "train.parquet", "dev": data / "dev.parquet", "agent_loop": data / key / "agent_loop.yaml"}
-    weights = trained_by(mode.name).weights
+    weights = system.weights
     stage_overrides = [
         f"data.train_files={files['train']}",
         f"data.val_files={files['dev']}",
@@ -168,7 +166,7 @@ def run(launch: VerlLaunch) -> int:
 
 def export_command(root: Path, key: str, step: int, python: str = sys.executable) -> list[str]:
     """verl.model_merger: the FSDP checkpoint of `step` -> data/models/<weights> (an HF folder)."""
-    weights = trained_by(mode_of_key(key).name).weights
+    weights = trained_system(key).weights
     root = Path(root).resolve()
     ckpt = root / "data" / "checkpoints" / "verl" / weights / f"global_step_{step}" / "actor"
     return [python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(ckpt),

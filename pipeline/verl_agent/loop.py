@@ -4,10 +4,10 @@ Registered with verl as `multiagent_opd_team`. Its settings (constructor keyword
 come from an entry of verl's `rollout.agent.agent_loop_config_path` file, which
 pipeline.verl_agent.launch writes; missing ones fall back to environment variables:
 
-  train_key      params.yaml `train.systems` key (teacher, team, ablations...)   MAOPD_TRAIN_KEY
+  system         the trained system (params.yaml `train.systems` key)             MAOPD_SYSTEM
   params         params.yaml path; profile from MAOPD_PROFILE or the file        MAOPD_PARAMS
   retriever_url  the Search-R1 /retrieve server                                  MAOPD_RETRIEVER_URL
-  teacher_url    SGLang server of the frozen Teacher (modes that use one)        MAOPD_TEACHER_URL
+  teacher_url    SGLang server of the frozen Teacher (systems that use one)      MAOPD_TEACHER_URL
   judge_url      SGLang server of the Prompted-Critic judge (the base model)     MAOPD_JUDGE_URL
   send_seed      send each entry's sampling_seed to the rollout servers (default false: SGLang
                  samples by seed only with deterministic inference, and versions without
@@ -34,7 +34,9 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 
 from pipeline.config import load_params
 from pipeline.errors import InputError
-from pipeline.verl_agent.agent_run import TeamSettings, question_row, run_trajectory, team_settings
+from pipeline.rl.train_params import TrainConfig, train_config
+from pipeline.systems import trained_system
+from pipeline.verl_agent.agent_run import question_row, run_trajectory
 from pipeline.verl_agent.outputs import to_agent_loop_outputs
 from pipeline.verl_agent.server import ServerManagerBackend
 
@@ -55,9 +57,9 @@ def _setting(value: Any, env: str, default: Any = None) -> Any:
 
 
 @functools.lru_cache(maxsize=16)
-def _team_settings(params: str, profile: str | None, key: str) -> TeamSettings:
+def _train_config(params: str, profile: str | None, system: str) -> TrainConfig:
     """verl builds a new agent loop for every run: read params.yaml once per process."""
-    return team_settings(load_params(params, profile=profile), key)
+    return train_config(load_params(params, profile=profile), system)
 
 
 @register(AGENT_NAME)
@@ -65,7 +67,7 @@ class TeamAgentLoop(AgentLoopBase):
     def __init__(
         self,
         *args: Any,
-        train_key: str | None = None,
+        system: str | None = None,
         params: str | None = None,
         profile: str | None = None,
         retriever_url: str | None = None,
@@ -77,9 +79,11 @@ class TeamAgentLoop(AgentLoopBase):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.settings = _team_settings(
-            str(_setting(params, "MAOPD_PARAMS", "params.yaml")), profile, str(_setting(train_key, "MAOPD_TRAIN_KEY", "team"))
+        self.cfg = _train_config(
+            str(_setting(params, "MAOPD_PARAMS", "params.yaml")), profile,
+            str(_setting(system, "MAOPD_SYSTEM", "multiagent_opd")),
         )
+        self.system = trained_system(self.cfg.system)
         self.retriever_url = _setting(retriever_url, "MAOPD_RETRIEVER_URL")
         self.teacher_url = _setting(teacher_url, "MAOPD_TEACHER_URL")
         self.judge_url = _setting(judge_url, "MAOPD_JUDGE_URL")
@@ -101,7 +105,7 @@ class TeamAgentLoop(AgentLoopBase):
         from pipeline.policy.sglang_backend import SGLangBackend
 
         if not url:
-            raise InputError(f"{what}_url: mode {self.settings.mode} needs the {what} server's URL")
+            raise InputError(f"{what}_url: {self.cfg.system} needs the {what} server's URL")
         return SGLangBackend(url, tokenizer=self.tokenizer, timeout_s=self.http_timeout_s)
 
     # -- one run ---------------------------------------------------------------------------
@@ -117,14 +121,15 @@ class TeamAgentLoop(AgentLoopBase):
             self.server_manager, self.tokenizer, loop, session=f"{question['question_id']}/t{k}",
             send_seed=self.send_seed,
         )
-        teacher = self.open_scorer(self.teacher_url, "teacher") if self.settings.needs_teacher and not dev else None
-        judge = self.open_scorer(self.judge_url, "judge") if self.settings.needs_judge and not dev else None
+        training = self.system.training
+        teacher = self.open_scorer(self.teacher_url, "teacher") if training.teacher and not dev else None
+        judge = self.open_scorer(self.judge_url, "judge") if training.judge and not dev else None
         retriever = self.open_retriever()
         began = time.perf_counter()
         try:
             samples, tokens = await loop.run_in_executor(
                 _executor(self.max_threads),
-                lambda: run_trajectory(question, k, self.settings, policy, retriever, step=step,
+                lambda: run_trajectory(question, k, self.cfg, policy, retriever, step=step,
                                        teacher=teacher, judge=judge, dev=dev),
             )
         finally:
@@ -134,7 +139,7 @@ class TeamAgentLoop(AgentLoopBase):
                     close()
         steps = policy.global_steps
         return to_agent_loop_outputs(
-            samples, tokens, self.settings.mode, self.settings.opd_beta,
+            samples, tokens, self.cfg.system, self.cfg.rewards.opd_beta,
             prompt_length=self.rollout_config.prompt_length, response_length=self.rollout_config.response_length,
             metrics={"generate_sequences": time.perf_counter() - began},
             extra={"min_global_steps": min(steps) if steps else None, "max_global_steps": max(steps) if steps else None},

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 
-import pipeline.rl.advantages  # noqa: F401  registers the estimator
-import pipeline.verl_agent.loop  # noqa: F401  registers the agent loop
+import pipeline.rl.advantages
+import pipeline.verl_agent.loop
 
 V1_TRAINER = importlib.util.find_spec("transfer_queue") is not None
 if V1_TRAINER:

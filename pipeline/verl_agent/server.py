@@ -16,7 +16,8 @@ Stop strings need the server's detokenizer: the rollout must run with skip_token
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 

@@ -21,7 +21,7 @@ PPOTrainerSync:
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import transfer_queue as tq
 from tensordict import TensorDict

@@ -14,6 +14,7 @@ from pipeline.errors import ValidationFailed
 from pipeline.io import write_parquet
 from pipeline.paths import Paths, audit_dir, model_dir
 from pipeline.stages.inputs import open_policy, open_retriever, read_split
+from pipeline.systems import BASE_WEIGHTS
 from pipeline.tracking import stage_run
 
 
@@ -43,11 +44,11 @@ def run_validate_masks(params: Params, root: Path) -> dict:
     cfg_params = params.validate_masks
     with stage_run("validate_masks", params.profile, cfg_params.model_dump(), root=root) as mlf:
         dev = dev_sample(read_split(root, "dev"), cfg_params.questions, cfg_params.seed)
-        backend = open_policy(model_dir(root, "base"))
+        backend = open_policy(model_dir(root, BASE_WEIGHTS))
         retriever = open_retriever(root)
         cfg = workflow_config(params, params.eval.rollout, params.common.protocol.train_candidates)
         samples, tokens = audit_rollout(backend, retriever, dev, cfg, cfg_params.trajectories, cfg_params.seed)
-        out = audit_dir(root, "base")
+        out = audit_dir(root, BASE_WEIGHTS)
         write_parquet(out / "samples.parquet", samples)
         write_parquet(out / "tokens.parquet", tokens)
         outcome = validate_masks(samples, tokens, paths.reports(params.profile) / "data_docs" / "masks",

@@ -18,6 +18,7 @@ from pipeline.io import write_json
 from pipeline.paths import model_dir
 from pipeline.stages.inputs import open_policy, open_retriever, read_corpus, read_split
 from pipeline.stages.run_logging import log_weights
+from pipeline.systems import BASE_WEIGHTS
 from pipeline.tracking import CurveLogger, stage_run
 
 BEHAVIOUR_BATCH = 16  # rows per generate call: bounds the prefill's memory and padding (256 rows: ~6 GB)
@@ -30,7 +31,7 @@ def behaviour_path(root: Path) -> Path:
 
 def run_base_model(params: Params, root: Path) -> dict:
     bm = params.base_model
-    out = model_dir(root, "base")
+    out = model_dir(root, BASE_WEIGHTS)
     with stage_run("base_model", params.profile, bm.model_dump()) as mlf:
         if bm.kind == "local":
             from pipeline.policy.model_ref import write_model_ref

@@ -1,18 +1,29 @@
-"""Stages `evaluate <system>` (4-run evaluation, resumable) and `report` (tables, figures,
-metrics.json): thin wiring of pipeline.eval and pipeline.report to the DVC paths."""
+"""Stage `evaluate@<system>`: each test question 4 times with one Answerer candidate, strict and
+flexible extraction, resumable shard by shard (pipeline.eval.run); data/eval/<system>/."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from pipeline.config import Params, workflow_config
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir
+from pipeline.run_artifacts import KIND_TAG, link_weights
 from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
-from pipeline.stages.run_logging import log_evaluation, log_report
 from pipeline.systems import system
 from pipeline.tracking import flatten, stage_run
+
+EVAL_PROTOCOL = ("cascade_steps", "hierarchy_steps", "max_waves", "max_parallel", "top_k", "eval_candidates")
+
+
+def log_evaluation(mlf: Any, records: Path, weights_sha256: str, system_name: str | None = None) -> None:
+    """The records, and the run that wrote the evaluated weights (the run of `system` when
+    two runs wrote the same weights)."""
+    mlf.set_tag(KIND_TAG, "evaluation")
+    mlf.log_artifact(str(records), artifact_path="records")
+    link_weights(mlf, weights_sha256, system_name)
 
 
 def _file_hash(path: Path) -> str:
@@ -47,15 +58,14 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
 
     if system_name is None:
         raise InputError("evaluate: expected a system name argument (python -m pipeline run evaluate <system>)")
-    try:
-        sys_ = system(system_name)
-    except KeyError as e:
-        raise InputError(str(e.args[0])) from None
+    sys_ = system(system_name)
     paths = Paths(root)
     model_dir = sys_.model_dir(root)
     runs = params.common.eval.runs
-    eval_params = {"eval": params.eval.model_dump(), "protocol": params.common.protocol.model_dump(), "runs": runs}
-    with stage_run(f"evaluate@{system_name}", params.profile,
+    protocol = params.common.protocol
+    eval_params = {"eval": params.eval.model_dump(), "runs": runs,  # the protocol minus train_candidates
+                   "protocol": {k: getattr(protocol, k) for k in EVAL_PROTOCOL}}
+    with stage_run(sys_.eval_stage, params.profile,
                    {**eval_params, "system": system_name, "workflow": sys_.workflow,
                     "model_dir": model_dir.relative_to(root).as_posix()},
                    tags={"system": system_name}, root=root) as mlf:
@@ -81,18 +91,3 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
         log_evaluation(mlf, out_dir / "records.parquet", extra["model"], system_name)
     return {"system": system_name, "records": len(records), "macro_avg@4": metrics[f"macro_avg_at_{runs}"],
             "shards_computed": result.computed, "shards_reused": result.reused, "seconds": round(result.seconds, 1)}
-
-
-def run_report(params: Params, root: Path) -> dict:
-    """Tables, figures, paper.md/html, main_table.tex and reports/metrics.json."""
-    from pipeline.report.build import build_report
-
-    with stage_run("report", params.profile, {"target_system": params.common.eval.target_system}, root=root) as mlf:
-        out = build_report(params, root)
-        for name, values in out.metrics["systems"].items():
-            mlf.log_metrics({f"{name}.macro_{m.replace('@', '_at_')}": v
-                             for m, v in values["macro"].items() if v is not None})
-        mlf.log_metric("seconds", out.seconds)
-        log_report(mlf, out.folder, out.metrics_path)
-    return {"systems": len(out.results.present), "missing": out.results.missing, "curves": out.curves,
-            "runs_used": out.runs_used, "seconds": round(out.seconds, 2)}

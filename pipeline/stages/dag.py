@@ -1,0 +1,267 @@
+"""The DVC DAG as code: every stage's data inputs, params and outputs, and its code dependencies
+derived from what it imports, written to dvc.yaml by `python -m pipeline dvc-yaml`.
+
+A stage's code deps are its import closure inside `pipeline/`: the modules its module imports,
+at module level or inside functions, and what those import, transitively (package `__init__`
+files included, and files a module opens beside itself, e.g. agents/prompts.yaml). The command
+line a stage runs (`python -m pipeline run <stage>`) adds pipeline/__main__.py, cli.py and
+stages/__init__.py with their module-level imports only: cli.py's function-level imports serve
+its other commands. A package whose every file is in the closure is listed as its folder.
+tests/test_dvc_dag.py keeps dvc.yaml equal to what this module writes, checks each closure
+against the modules a ci run of the stage loaded, and checks each stage's params against the
+keys a ci run read.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from pipeline.stages import STAGE_MODULES
+from pipeline.systems import BASE_WEIGHTS, SYSTEMS, TEACHER, TRAINED
+
+PACKAGE = Path(__file__).resolve().parents[1]  # pipeline/
+ROOT = PACKAGE.parent
+ENTRY = ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/stages/__init__.py")
+DATA_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+# --------------------------------------------------------------------------- import closure
+
+
+def module_path(module: str) -> Path | None:
+    """The file of `pipeline.x.y` (module or package), relative to the repository root; None if
+    it is not a project module."""
+    if module != "pipeline" and not module.startswith("pipeline."):
+        return None
+    base = ROOT / Path(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path.relative_to(ROOT)
+    return None
+
+
+def _imported(tree: ast.AST, module: str, top_level_only: bool) -> set[str]:
+    """Module names one file imports (project or not); `from a import b` yields a and a.b."""
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    package = module if module_path(module) and module_path(module).name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+@cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse((ROOT / path).read_text(), filename=str(path))
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _with_packages(module: str) -> list[str]:
+    """`a.b.c` -> a, a.b, a.b.c: importing a module runs its packages' __init__ first."""
+    parts = module.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _beside(path: Path) -> set[Path]:
+    """Data files a module names by their bare file name and that lie beside it."""
+    text = (ROOT / path).read_text()
+    names = set(re.findall(r"[\"']([\w.-]+(?:%s))[\"']" % "|".join(re.escape(s) for s in DATA_SUFFIXES), text))
+    return {path.parent / n for n in names if (ROOT / path.parent / n).is_file()}
+
+
+def import_closure(module: str) -> set[Path]:
+    """Every project file that running `python -m pipeline run` of the stage in `module` may
+    load (see the module doc)."""
+    entry = {_module_name(Path(p)) for p in ENTRY}
+    files: set[Path] = set()
+    todo = [module, *entry]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        for mod in _with_packages(name):
+            path = module_path(mod)
+            if mod in seen or path is None:
+                continue
+            seen.add(mod)
+            files.add(path)
+            files |= _beside(path)
+            todo.extend(m for m in _imported(_parse(path), mod, top_level_only=mod in entry) if m not in seen)
+    return files
+
+
+def compress(files: set[Path]) -> list[str]:
+    """Sorted dep paths, a folder standing for a package whose every tracked file is listed."""
+    listed = set(files)
+
+    def whole(folder: Path) -> bool:
+        on_disk = {p.relative_to(ROOT) for p in (ROOT / folder).rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", *DATA_SUFFIXES)}
+        return bool(on_disk) and on_disk <= listed
+
+    out: set[str] = set()
+    for path in files:
+        folder = path.parent
+        chosen = path.as_posix()
+        while folder != Path("pipeline") and folder != Path("."):
+            if whole(folder):
+                chosen = folder.as_posix()
+            folder = folder.parent
+        out.add(chosen)
+    return sorted(out)
+
+
+def code_deps(stage: str) -> list[str]:
+    """The code deps of pipeline stage `stage` (a key of pipeline.stages.STAGE_MODULES)."""
+    return compress(import_closure(f"pipeline.stages.{STAGE_MODULES[stage]}"))
+
+
+# --------------------------------------------------------------------------- the stages
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One entry of dvc.yaml. `data` are data deps, `params` the keys the stage reads
+    (`${profile}` is the active profile); foreach stages template `${key}` and `${item.*}`."""
+
+    name: str
+    doc: str
+    data: tuple[str, ...]
+    params: tuple[str, ...]
+    outs: tuple = ()
+    metrics: tuple = ()
+    foreach: dict | None = None
+    arg: str = ""  # the foreach argument of the command (`${key}`)
+    extra: dict = field(default_factory=dict)
+
+
+P = "${profile}"
+PROTOCOL_WORKFLOW = tuple(f"common.protocol.{k}" for k in
+                          ("cascade_steps", "hierarchy_steps", "max_waves", "max_parallel", "top_k"))
+UNCACHED = {"cache": False}
+
+STAGES: tuple[Stage, ...] = (
+    Stage("splits", "The question pool, deduplicated on the normalised question, sampled into train, dev and test.",
+          data=(), params=("profile", f"{P}.data"), outs=("data/splits",)),
+    Stage("corpus", "The passage corpus in wiki-18 form.",
+          data=(), params=("profile", f"{P}.data.source", f"{P}.data.world", f"{P}.data.raw_dir", f"{P}.index.kind"),
+          outs=("data/corpus",)),
+    Stage("validate_splits", "Great Expectations on the splits: no leakage, exact quotas, unique ids.",
+          data=("data/splits",), params=("profile", f"{P}.data.test_quotas"),
+          outs=("data/validation/splits.json", {f"reports/{P}/data_docs/splits": {"persist": False}})),
+    Stage("index", "E5 vectors of the corpus in a faiss index.",
+          data=("data/corpus",), params=("profile", f"{P}.index"), outs=("data/index",)),
+    Stage("base_model", "The base model every system starts from, and its behaviour on dev.",
+          data=("data/validation/splits.json", "data/corpus", "data/splits", "data/index"),
+          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", f"{P}.base_model",
+                  f"{P}.eval.rollout", f"{P}.eval.seed"),
+          outs=("data/models/base", "data/metrics/base_behaviour.json")),
+    Stage("validate_masks", "A base-model rollout of both workflows; Great Expectations on every token's mask.",
+          data=("data/models/base", "data/index", "data/splits/dev.parquet"),
+          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates", f"{P}.validate_masks",
+                  f"{P}.eval.rollout"),
+          outs=("data/audit/base", {f"reports/{P}/data_docs/masks": {"persist": False}})),
+    Stage("train", "Stage I (c_mas_rl, the Teacher) and Stage II (the others) from the base model. The second model "
+          "dep is the Stage-I Teacher, which every Stage-II system reads (as its Teacher or for the dev KL "
+          "diagnostic); c_mas_rl itself lists the base model twice. "
+          "Checkpoints (data/checkpoints/) and audits (data/audit/) are not outputs: a killed stage resumes "
+          "from them.",
+          data=("data/audit/base", "data/splits/train.parquet", "data/splits/dev.parquet", "data/index",
+                f"data/models/{BASE_WEIGHTS}", "data/models/${item.teacher}"),
+          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates",
+                  "common.protocol.eval_candidates", "common.rewards", "common.optim", f"{P}.train.shared",
+                  f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.train.systems.${{key}}"),
+          outs=("data/models/${key}",),
+          foreach={s.name: {"teacher": TEACHER if s.workflow == "hierarchy" else BASE_WEIGHTS} for s in TRAINED},
+          arg="${key}"),
+    Stage("evaluate", "Each test question 4 times, 1 Answerer candidate; finished shards under "
+          "data/eval/<system>/shards/ are resume state, not an output.",
+          data=("data/splits/test.parquet", "data/index", "data/models/${item.weights}"),
+          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", "common.eval.runs", f"{P}.eval"),
+          outs=("data/eval/${key}/records.parquet",),
+          foreach={s.name: {"weights": s.weights} for s in SYSTEMS}, arg="${key}"),
+    Stage("report", "Tables, figures and metrics beside the published numbers; the records only, not the shards.",
+          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base"),
+          params=("profile", f"{P}.data.source", "common.eval"),
+          outs=tuple({path: dict(UNCACHED)} for path in (
+              "reports/metrics.json", f"reports/{P}/paper.md", f"reports/{P}/paper.html",
+              f"reports/{P}/main_table.tex", f"reports/{P}/figures", f"reports/{P}/curves", f"reports/{P}/plots")),
+          metrics=({f"reports/{P}/metrics": dict(UNCACHED)},)),
+)
+
+PLOTS = [
+    {f"reports/{P}/curves": {"x": "step", "template": "by_system"}},
+    {f"reports/{P}/plots": {"x": "value", "y": "system", "template": "intervals"}},
+]
+
+
+def _body(stage: Stage) -> dict:
+    cmd = f"python -m pipeline run {stage.name}" + (f" {stage.arg}" if stage.arg else "")
+    body: dict = {"cmd": cmd, "deps": [*stage.data, *code_deps(stage.name)], "params": list(stage.params)}
+    if stage.outs:
+        body["outs"] = list(stage.outs)
+    if stage.metrics:
+        body["metrics"] = list(stage.metrics)
+    return body
+
+
+def dvc_yaml() -> dict:
+    """dvc.yaml as a dict: every stage, then the plots."""
+    stages: dict = {}
+    for stage in STAGES:
+        body = _body(stage)
+        stages[stage.name] = {"foreach": stage.foreach, "do": body} if stage.foreach else body
+    return {"stages": stages, "plots": PLOTS}
+
+
+HEADER = """\
+# The whole paper as a DAG: `dvc repro` rebuilds it. Written by `python -m pipeline dvc-yaml` from
+# pipeline/stages/dag.py (edit that, not this file): each stage's code deps are its import closure
+# inside pipeline/, its params exactly the keys it reads; tests/test_dvc_dag.py checks both.
+"""
+
+
+def render() -> str:
+    """dvc.yaml's text: the header, then each stage with its description as a comment."""
+    import yaml
+
+    data = dvc_yaml()
+    docs = {s.name: s.doc for s in STAGES}
+    lines = [HEADER, "stages:"]
+    for name, body in data["stages"].items():
+        lines.append("")
+        lines.extend(f"  # {line}" for line in _wrap(docs[name], 96))
+        text = yaml.safe_dump({name: body}, sort_keys=False, default_flow_style=False, width=100)
+        lines.extend("  " + line if line else line for line in text.rstrip("\n").split("\n"))
+    lines.append("")
+    lines.append("# `dvc plots show` (offline page: `make setup` writes the template named in .dvc/config)")
+    lines.append(yaml.safe_dump({"plots": data["plots"]}, sort_keys=False).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width)
+
+
+def write(path: Path) -> Path:
+    from pipeline.io import write_text
+
+    write_text(path, render())
+    return path

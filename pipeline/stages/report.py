@@ -1,0 +1,42 @@
+"""Stage `report`: tables, figures, paper.md/html, main_table.tex and reports/metrics.json from the
+evaluation records and the training curves in MLflow (pipeline.report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Params
+from pipeline.run_artifacts import KIND_TAG
+from pipeline.tracking import stage_run
+
+REPORT_FILES = ("paper.html", "paper.md", "main_table.tex")
+REPORT_FOLDERS = ("figures", "curves", "plots", "metrics")
+
+
+def log_report(mlf: Any, folder: Path, metrics: Path) -> None:
+    """The report folder as the browser sees it: paper.html embeds its figures."""
+    mlf.set_tag(KIND_TAG, "report")
+    mlf.log_artifact(str(metrics))
+    for name in REPORT_FILES:
+        if (folder / name).is_file():
+            mlf.log_artifact(str(folder / name))
+    for name in REPORT_FOLDERS:
+        if (folder / name).is_dir():
+            mlf.log_artifacts(str(folder / name), artifact_path=name)
+
+
+def run_report(params: Params, root: Path) -> dict:
+    """Tables, figures, paper.md/html, main_table.tex and reports/metrics.json."""
+    from pipeline.report.build import build_report
+
+    with stage_run("report", params.profile, {"target_system": params.common.eval.target_system}, root=root) as mlf:
+        out = build_report(params, root)
+        for name, values in out.metrics["systems"].items():
+            mlf.log_metrics({f"{name}.macro_{m.replace('@', '_at_')}": v
+                             for m, v in values["macro"].items() if v is not None})
+        mlf.log_metric("seconds", out.seconds)
+        log_report(mlf, out.folder, out.metrics_path)
+    return {"systems": len(out.results.present), "missing": out.results.missing, "curves": out.curves,
+            "runs_used": out.runs_used, "seconds": round(out.seconds, 2)}
+
