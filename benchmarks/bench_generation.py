@@ -105,7 +105,8 @@ def tick(model, tokenizer) -> tuple[float, float]:
     previous/now and now's peak rise over the size of the float32 KV cache it must hold."""
     rng = random.Random(3)
     texts = synthetic_sentences(64, seed=2, facts=1)
-    distinct = [HFBackend(model, tokenizer).encode_prompt(" ".join(rng.choice(texts) for _ in range(rng.randint(2, 35))))
+    distinct = [HFBackend(model, tokenizer).encode_prompt(" ".join(rng.choice(texts)
+                                                                   for _ in range(rng.randint(2, 35))))
                 for _ in range(64)]
     distinct = [p[: rng.randint(40, 500)] for p in distinct]
     prompts = [p for p in distinct for _ in range(4)]

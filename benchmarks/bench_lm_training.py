@@ -71,7 +71,8 @@ def run_setting(name: str, steps: int) -> dict:
     start = time.perf_counter()
     train(steps, seed=2)
     seconds = time.perf_counter() - start
-    return {"ms_per_step": 1000 * seconds / steps, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"ms_per_step": 1000 * seconds / steps,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def main() -> None:

@@ -48,8 +48,9 @@ def main(model_a: str = "data/models/base", model_b: str = "data/models/teacher"
         for label, model in (("a", model_a), ("b", model_b)):
             backend = open_eval_backend(root / model)
             for seed in SEEDS:
-                records.append(evaluate_system(dev, backend, retriever, cfg, RUNS, 32, Path(tmp) / f"{label}{seed}", seed,
-                                               system=f"{label}{seed}", workflow="cascade", progress=False).records)
+                records.append(evaluate_system(dev, backend, retriever, cfg, RUNS, 32, Path(tmp) / f"{label}{seed}",
+                                               seed, system=f"{label}{seed}", workflow="cascade",
+                                               progress=False).records)
     answers = [r.sort_values(["question_id", "run"])["strict_answer"].to_numpy() for r in records]
     same = [(answers[i] == answers[len(SEEDS) + i]).mean() for i in range(len(SEEDS))]  # a{s} vs b{s}
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
@@ -66,7 +67,8 @@ def main(model_a: str = "data/models/base", model_b: str = "data/models/teacher"
     print(f"mean half-width: common {common:.2f}, independent {independent:.2f}, "
           f"ratio {common / independent:.2f} (variance ratio {(common / independent) ** 2:.2f})")
     print(f"identical final answers of the two models: {100 * sum(same) / len(same):.0f}% with common numbers")
-    print(f"time {time.perf_counter() - start:.0f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(f"time {time.perf_counter() - start:.0f} s, "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def main() -> None:
         passed = r["peak_rss_mb"] < 4096 and (target is None or r["seconds"] <= target)
         ok &= passed
         label = f"<= {target:.0f} s" if target else ""
-        print(f"{r['stage']:42s} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f}  {label:9s} {'PASS' if passed else 'FAIL'}")
+        print(f"{r['stage']:42s} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f}  "
+              f"{label:9s} {'PASS' if passed else 'FAIL'}")
     foundation = sum(r["seconds"] for r in rows if r["stage"] in FOUNDATION)
     print(f"foundation stages: {foundation:.0f} s (target <= 180 s) {'PASS' if foundation <= 180 else 'FAIL'}")
     print(f"dvc repro {' '.join(args.targets) or '(all)'}: {total:.0f} s (whole paper: target <= 1200 s) "

@@ -66,7 +66,8 @@ hits = retriever.search_vectors(queries, 3)
 search = time.perf_counter() - t0
 assert len(hits) == 32 and all(len(h) == 3 for h in hits)
 print(f"open: {opened - imported:.1f} s (+ {imported - started:.1f} s imports); peak RSS after imports "
-      f"{rss_imports:.0f} MiB, after open {rss_open:.0f} MiB; 32 searches (flat scan of {retriever.index.ntotal:,} vectors + passage reads) "
+      f"{rss_imports:.0f} MiB, after open {rss_open:.0f} MiB; 32 searches "
+      f"(flat scan of {retriever.index.ntotal:,} vectors + passage reads) "
       f"{search:.2f} s; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 """
 

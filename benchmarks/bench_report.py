@@ -49,7 +49,8 @@ def main() -> int:
     ok = True
     for profile in ("tiny", "paper"):
         params = load_params(REPO / "params.yaml", profile=profile)
-        with stage_run(BY_NAME["multiagent_opd"].train_stage, profile, tags={"system": "multiagent_opd"}, root=tmp) as mlf:
+        with stage_run(BY_NAME["multiagent_opd"].train_stage, profile, tags={"system": "multiagent_opd"},
+                       root=tmp) as mlf:
             for step in range(0, 400, 10):
                 mlf.log_metrics({"dev_em": 0.2 + step / 4000, "dev_no_search_share": 0.01}, step=step)
         root = tmp / profile

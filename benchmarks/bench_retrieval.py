@@ -97,7 +97,8 @@ def main() -> None:
           f"{f['batched_s'] / t['batched_s']:.2f}x")
     scale = READING_TEXTS / N_QUERIES
     print(f"reading-text distractors, {READING_TEXTS} texts: a question search each "
-          f"{t['batched_s'] * scale:.1f} s, neighbours {t['near_s'] * scale:.2f} s ({t['batched_s'] / t['near_s']:.0f}x)")
+          f"{t['batched_s'] * scale:.1f} s, neighbours {t['near_s'] * scale:.2f} s "
+          f"({t['batched_s'] / t['near_s']:.0f}x)")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {peak_mb:.0f} MiB   load average (1 min): {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs   OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")

@@ -96,9 +96,9 @@ def start_server(index_dir: Path, batching: bool) -> tuple[subprocess.Popen, str
         try:
             httpx.get(f"{url}/health", timeout=2)
             return proc, url
-        except httpx.HTTPError:
+        except httpx.HTTPError as err:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
+                raise RuntimeError(f"server exited with {proc.returncode}") from err
             time.sleep(0.3)
     proc.kill()
     raise RuntimeError("server did not start within 120 s")
@@ -224,7 +224,8 @@ def report(name: str, r: dict) -> None:
     print(f"{name}: {r['served']}/{r['sent']} requests answered in {r['elapsed']:.1f} s, {len(r['errors'])} errors; "
           f"{r['qps']:.1f} queries/s ({r['rps']:.2f} requests/s); latency p50 {r['p50']:.2f} s, "
           f"p99 {r['p99']:.2f} s; /health p50 {r['health_p50_ms']:.0f} ms, p99 {r['health_p99_ms']:.0f} ms "
-          f"({r['health_checks']} checks; p99 {r['client_health_p99_ms']:.0f} ms from a thread beside the clients); server CPU {r['cpu_ms_per_query']:.0f} ms per answered query; "
+          f"({r['health_checks']} checks; p99 {r['client_health_p99_ms']:.0f} ms from a thread beside the clients); "
+          f"server CPU {r['cpu_ms_per_query']:.0f} ms per answered query; "
           f"server peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
     if r["server"]:
         print(f"    server side: {r['server']}")

@@ -44,7 +44,8 @@ def main() -> int:
     result = make_splits(q, train_datasets=["nq", "hotpotqa"], test_quotas=QUOTAS, dev_size=500, seed=SEED)
     t_split = time.perf_counter() - t0
 
-    print(f"questions: {len(q):,} ({n_train:,} train-pool, {len(q) - n_train:,} test-pool); passages: {len(world.passages):,}")
+    print(f"questions: {len(q):,} ({n_train:,} train-pool, {len(q) - n_train:,} test-pool); "
+          f"passages: {len(world.passages):,}")
     print(f"generation: {t_gen:.2f} s (peak RSS so far {rss_gen:.0f} MiB)")
     print(f"dedup + sampling: {t_split:.2f} s (target <= {TARGET_SECONDS:.0f} s, ratio {t_split / TARGET_SECONDS:.2f})")
     print(f"removed: {result.report['removed']}")

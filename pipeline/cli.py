@@ -122,7 +122,8 @@ def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
             b = measure_behaviour(with_eval_sampling(params, temperature), root, root / args.model, sampling_seed=seed)
             line = {"temperature": temperature, "seed": seed, "questions": b["questions"],
                     "single_hop_questions": b["cascade"]["single_hop_questions"],
-                    **{f"{w}_{k}": round(b[w][k], 4) for w in ("cascade", "hierarchy") for k in ("em", "em_single_hop")},
+                    **{f"{w}_{k}": round(b[w][k], 4)
+                       for w in ("cascade", "hierarchy") for k in ("em", "em_single_hop")},
                     **{f"wellformed_{r}": round(v, 4) for r, v in b["wellformed"].items()}}
             print(json.dumps(line), flush=True)
     return 0

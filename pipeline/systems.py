@@ -120,7 +120,8 @@ _OPD = RolePolicy("opd")
 def _train(searcher: RolePolicy, searcher_reward: str, teacher: str | None = TEACHER, judge: str | None = None,
            leader: RolePolicy | None = _LEADER) -> Training:
     roles = {"leader": leader, "searcher": searcher, "answerer": _ANSWERER}
-    return Training(MappingProxyType({r: p for r, p in roles.items() if p is not None}), searcher_reward, teacher, judge)
+    return Training(MappingProxyType({r: p for r, p in roles.items() if p is not None}),
+                    searcher_reward, teacher, judge)
 
 
 SYSTEMS: tuple[System, ...] = (

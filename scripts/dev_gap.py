@@ -44,7 +44,8 @@ def main(out: Path, models: list[tuple[str, Path]]) -> None:
                             system=label, workflow="cascade", progress=False).records
         records.append(r)
         print(f"{label} ({model}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
-              f"{r['search_actions'].mean():.2f} searches per workflow [{time.perf_counter() - start:.0f} s]", flush=True)
+              f"{r['search_actions'].mean():.2f} searches per workflow "
+              f"[{time.perf_counter() - start:.0f} s]", flush=True)
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     reference = models[0][0]
     print(f"dev ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to {reference}, "

@@ -60,7 +60,8 @@ class ChoiceBackend(HFBackend):
             probs = np.exp(seq - seq.max())
             probs = (1 - self.explore) * probs / probs.sum() + self.explore / len(candidates)
             picks = rng.choice(len(candidates), size=n, p=probs)
-            out[i] = [Generation(list(candidates[k]), list(logps[k]), self.decode(candidates[k]), "stop") for k in picks]
+            out[i] = [Generation(list(candidates[k]), list(logps[k]), self.decode(candidates[k]), "stop")
+                      for k in picks]
         return out
 
 
@@ -99,7 +100,8 @@ def questions(n: int, gold: str = "paris") -> pd.DataFrame:
     })
 
 
-def train_steps(cfg: TrainConfig, inputs: TrainInputs, steps: int, on_batch: Callable[[Batch], None] | None = None) -> None:
+def train_steps(cfg: TrainConfig, inputs: TrainInputs, steps: int,
+                on_batch: Callable[[Batch], None] | None = None) -> None:
     """`steps` steps of the project's trainer: rollout, rewards, advantages, one PPO pass."""
     optimizer = make_optimizer(inputs.policy.model, cfg)
     for step in range(steps):

@@ -143,7 +143,8 @@ class TeamScript:
                 return self._wrap(f"<search>{field_of(context, 'Task')} {turn}</search>")
             return self._wrap(f"<report>{self.report}</report>")
         if role == "answerer":
-            return self.answerer_text if self.answerer_text is not None else self._wrap(f"<answer>{self.answer}</answer>")
+            return (self.answerer_text if self.answerer_text is not None
+                    else self._wrap(f"<answer>{self.answer}</answer>"))
         if role == "leader":
             if self.leader_text is not None:
                 return self.leader_text

@@ -46,14 +46,16 @@ actions = st.one_of(
     st.lists(content, min_size=1, max_size=3).map(lambda ts: Dispatch(tuple(ts))),
     st.lists(report_ids, max_size=4).map(lambda ids: AnswerWith(tuple(ids))),
 )
-ROLE_OF = {"search": "searcher", "report": "searcher", "answer": "answerer", "dispatch": "leader", "answer_with": "leader"}
+ROLE_OF = {"search": "searcher", "report": "searcher", "answer": "answerer", "dispatch": "leader",
+           "answer_with": "leader"}
 
 FRAGMENTS = [
     "<search>", "</search>", "<report>", "</report>", "<answer>", "</answer>", "<dispatch>",
     "</dispatch>", "<task>", "</task>", "<answer_with>", "</answer_with>", "<think>", "</think>",
     "R1", "R2", ",", " ", "\n", "x", "<", ">",
 ]
-noisy_text = st.one_of(st.text(max_size=60), st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), max_size=12).map("".join))
+noisy_text = st.one_of(st.text(max_size=60),
+                       st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), max_size=12).map("".join))
 
 
 def _parse(text: str, role: str, **kw):
@@ -157,7 +159,8 @@ def test_every_malformation_kind_is_reachable():
 @pytest.mark.parametrize(
     ("text", "role", "kw", "expected"),
     [
-        ("<think>plan</think>\n <search> capital of France </search> trailing <report>", "searcher", {}, Search("capital of France")),
+        ("<think>plan</think>\n <search> capital of France </search> trailing <report>", "searcher", {},
+         Search("capital of France")),
         ("<report></report>", "searcher", {}, Report("")),
         (" <answer>Paris</answer>\n", "answerer", {}, Answer("Paris")),
         ("<dispatch>\n<task>a</task>\n<task> b </task>\n</dispatch>", "leader", {}, Dispatch(("a", "b"))),

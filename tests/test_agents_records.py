@@ -152,7 +152,8 @@ def test_trajectory_level_columns_agree_with_the_trajectory_table(tables):
     assert (traj["search_actions"] == counts["search"]).all() and (traj["search_actions"] > 0).all()
     assert traj["has_final_answer"].all() and (traj["final_answer"] == "paris").all()
     assert (traj["last_answerer_output"] == "<answer>paris</answer>").all()
-    assert all(samples.loc[samples.role == "answerer", "golden_answers"].map(lambda g: list(g) == ["paris", "Paris City"]))
+    assert all(samples.loc[samples.role == "answerer", "golden_answers"]
+               .map(lambda g: list(g) == ["paris", "Paris City"]))
 
 
 def test_tables_round_trip_through_parquet(tables, tmp_path):

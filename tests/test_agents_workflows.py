@@ -61,7 +61,8 @@ def test_request_seeds_are_keyed_by_the_request_and_depend_on_the_rollout_seed()
     assert {key_seed(1, c.sample_id, 0) for c in r1.calls} <= set(s1)  # every call's first turn
 
 
-@pytest.mark.parametrize(("n_candidates", "workflow"), [(5, "cascade"), (1, "cascade"), (5, "hierarchy"), (1, "hierarchy")])
+@pytest.mark.parametrize(("n_candidates", "workflow"),
+                         [(5, "cascade"), (1, "cascade"), (5, "hierarchy"), (1, "hierarchy")])
 def test_answerer_candidates(n_candidates, workflow):
     rollout, _, _ = _run(workflow, TeamScript(), n_questions=2, n_traj=2, n_candidates=n_candidates)
     for traj in rollout.trajectories:
@@ -127,7 +128,8 @@ def test_hierarchy_normal_run():
     leaders = traj.calls_of("leader")
     assert [c.action for c in leaders] == ["dispatch", "dispatch", "answer_with"]
     assert [c.wave for c in leaders] == [0, 1, 2] and [c.step for c in leaders] == [0, 3, 6]
-    assert "R6 [part 5 of" in leaders[-1].prompt_text and leaders[-1].response_text.startswith("<answer_with>R1,R2,R3,R4,R5,R6")
+    assert ("R6 [part 5 of" in leaders[-1].prompt_text
+            and leaders[-1].response_text.startswith("<answer_with>R1,R2,R3,R4,R5,R6"))
     assert traj.waves == 2 and traj.c_tool == 2 and traj.search_actions == 6 and not traj.forced_answer
 
 
@@ -265,12 +267,14 @@ def test_input_and_output_token_counts():
     total_out = sum(t.output_tokens for t in rollout.trajectories)
     assert total_out == sum(len(s.token_ids) for c in rollout.calls for s in c.segments if s.source == "generated")
     (searcher, *_) = rollout.trajectories[0].calls_of("searcher")
-    turn_lengths = [len(searcher.prompt_ids) + sum(len(s.token_ids) for s in searcher.segments[: 2 * i]) for i in range(3)]
+    turn_lengths = [len(searcher.prompt_ids) + sum(len(s.token_ids) for s in searcher.segments[: 2 * i])
+                    for i in range(3)]
     assert searcher.input_tokens == sum(turn_lengths)
 
 
 def test_generations_are_cut_to_the_role_limit():
-    rollout, backend, _ = _run("cascade", TeamScript(n_searches=1), searcher_max_new_tokens=10, answerer_max_new_tokens=100)
+    rollout, backend, _ = _run("cascade", TeamScript(n_searches=1), searcher_max_new_tokens=10,
+                               answerer_max_new_tokens=100)
     (searcher,) = rollout.trajectories[0].calls_of("searcher")
     assert len(searcher.response_ids) == 10 and searcher.finish_reason == "length"
     assert searcher.malformation == "no_closed_tag"
@@ -312,7 +316,8 @@ def test_bad_questions_raise_input_error(rows, message):
         run_hierarchy(rows, FakeBackend(TeamScript()), FakeRetriever(), _cfg(), n_traj=1, seed=0)
 
 
-@pytest.mark.parametrize(("field", "value"), [("cascade_steps", 0), ("top_k", 1.5), ("top_p", 0.0), ("temperature", -1)])
+@pytest.mark.parametrize(("field", "value"),
+                         [("cascade_steps", 0), ("top_k", 1.5), ("top_p", 0.0), ("temperature", -1)])
 def test_bad_config_raises_input_error(field, value):
     with pytest.raises(InputError, match=field):
         workflow_cfg(**{field: value})

@@ -110,7 +110,8 @@ def test_a_multi_turn_searcher_demo_becomes_one_example_per_turn(demos):
     assert first_prompt == encode_prompt_ids(tokenizer, multi.prompt)
     second_prompt, _ = examples[1]
     # the second turn's context is the first turn plus its observation: no loss on observations
-    assert second_prompt == first_prompt + first_completion[:-1] + encode_text_ids(tokenizer, multi.turns[0].observation)
+    assert second_prompt == (first_prompt + first_completion[:-1]
+                             + encode_text_ids(tokenizer, multi.turns[0].observation))
     assert first_completion[-1] == tokenizer.eos_token_id
 
 
@@ -180,7 +181,8 @@ def test_model_ref_points_to_the_local_folder_and_hashes_it(tmp_path):
     out = tmp_path / "data" / "models" / "base"
     ref = write_model_ref(local, out, source="models/Qwen")
     stored = json.loads((out / MODEL_REF).read_text())
-    assert stored == ref and stored["files"] == sorted(["config.json", "tokenizer.json", "model-00001-of-00001.safetensors"])
+    assert stored == ref and stored["files"] == sorted(["config.json", "tokenizer.json",
+                                                        "model-00001-of-00001.safetensors"])
     assert len(stored["sha256"]) == 64
     assert resolve_model_dir(out) == local.resolve()
     assert resolve_model_dir(local) == local  # a folder with weights is its own model dir

@@ -159,7 +159,8 @@ def test_invariants_on_random_tables(rows, seed):
     assert r.train["norm_question"].is_unique
     assert len(r.test) == len(test_sets)
     assert sum(r.report["removed"].values()) + sum(r.report["sizes"].values()) + sum(
-        r.report["unused_rows"].values()) + (sum(r.report["pool_sizes_after_dedup"]["test"].values()) - len(r.test)) == len(df)
+        r.report["unused_rows"].values()) + (sum(r.report["pool_sizes_after_dedup"]["test"].values())
+                                             - len(r.test)) == len(df)
 
 
 @settings(max_examples=200, deadline=None)

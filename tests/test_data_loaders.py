@@ -187,7 +187,8 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_missing_ids_are_deterministic_and_answers_normalised(tmp_path):
-    p = _write(tmp_path / "x.jsonl", '{"question": "q one", "answer": "a"}\n\n{"question": "q two", "answer": ["b", "c"]}\n')
+    p = _write(tmp_path / "x.jsonl",
+               '{"question": "q one", "answer": "a"}\n\n{"question": "q two", "answer": ["b", "c"]}\n')
     df = load_qa_file(p, "nq", "train")
     assert df["id"].tolist() == ["nq_train_0", "nq_train_1"]
     assert df["golden_answers"].tolist() == [["a"], ["b", "c"]]
@@ -211,14 +212,17 @@ def test_missing_question_and_missing_answers(tmp_path):
 @pytest.mark.parametrize("answer,needle", [(3, "got int"), ([["x"]], "element 1 is list"), ({"a": 1}, "got dict"),
                                            (["ok", 2.5], "element 2 is float")])
 def test_answer_that_is_not_strings_is_rejected(tmp_path, answer, needle):
-    p = _write(tmp_path / "a.json", json.dumps([{"question": "fine", "answer": "ok"}, {"question": "q", "answer": answer}]))
-    with pytest.raises(InputError, match=rf"a\.json, item 2: field 'answer' must be a string or a list of strings.*{needle}"):
+    p = _write(tmp_path / "a.json",
+               json.dumps([{"question": "fine", "answer": "ok"}, {"question": "q", "answer": answer}]))
+    with pytest.raises(InputError,
+                       match=rf"a\.json, item 2: field 'answer' must be a string or a list of strings.*{needle}"):
         load_qa_file(p, "nq", "test")
 
 
 def test_bad_parquet_fields_name_the_row(tmp_path):
     path = tmp_path / "p.parquet"
-    pd.DataFrame({"question": ["a", "b"], "reward_model": ['{"ground_truth": {"target": "x"}}', "{not json"]}).to_parquet(path)
+    pd.DataFrame({"question": ["a", "b"],
+                  "reward_model": ['{"ground_truth": {"target": "x"}}', "{not json"]}).to_parquet(path)
     with pytest.raises(InputError, match=r"p\.parquet, row 2: field 'reward_model' is a string but not valid JSON"):
         load_qa_file(path, "popqa", "test")
     pd.DataFrame({"question": ["a"], "golden_answers": [[1, 2]]}).to_parquet(path)
@@ -242,7 +246,8 @@ def test_unreadable_files(tmp_path):
 
 
 def test_repeated_ids_and_bad_trivia_context(tmp_path):
-    p = _write(tmp_path / "r.jsonl", '{"id": 1, "question": "a", "answer": "x"}\n{"id": 1, "question": "b", "answer": "y"}\n')
+    p = _write(tmp_path / "r.jsonl",
+               '{"id": 1, "question": "a", "answer": "x"}\n{"id": 1, "question": "b", "answer": "y"}\n')
     with pytest.raises(InputError, match=r"line 2: id 'nq_test_1' repeats .*line 1"):
         load_qa_file(p, "nq", "test")
     p = _write(tmp_path / "t.jsonl", '{"context": "What is it?", "answer": "x", "aliases": []}\n')
@@ -257,7 +262,8 @@ def test_corpus_errors_name_line_and_field(tmp_path):
     p = _write(tmp_path / "d.json", json.dumps([{"title": "T", "body": "x"}]))
     with pytest.raises(InputError, match="need 'contents' or both 'title' and 'text'"):
         load_corpus_file(p)
-    p = _write(tmp_path / "e.jsonl", '{"id": "0", "contents": "\\"T\\"\\nbody"}\n{"id": "0", "contents": "\\"U\\"\\nx"}\n')
+    p = _write(tmp_path / "e.jsonl",
+               '{"id": "0", "contents": "\\"T\\"\\nbody"}\n{"id": "0", "contents": "\\"U\\"\\nx"}\n')
     with pytest.raises(InputError, match="passage id '0' repeats"):
         load_corpus_file(p)
 
@@ -323,13 +329,15 @@ def test_verl_joined_ground_truth_gives_the_alias_list_of_extra_info(tmp_path, s
 def test_verl_with_json_string_columns_and_a_joined_ground_truth(tmp_path):
     rows = [{"prompt": [{"role": "user", "content": q}],
              "reward_model": json.dumps({"ground_truth": {"target": ", ".join(a)}}),
-             "extra_info": json.dumps({"answers": a, "idx": f"q{i}"})} for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
+             "extra_info": json.dumps({"answers": a, "idx": f"q{i}"})}
+            for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
     df = load_qa_file(write_rows(tmp_path / "s.parquet", rows), "nq", "test")
     assert df["golden_answers"].tolist() == ALIASES and df["source_id"].tolist() == ["q0", "q1", "q2"]
 
 
 def test_a_joined_string_is_used_when_it_is_all_the_record_has(tmp_path):
-    rows = [{"question": "q", "reward_model": {"ground_truth": "Paris, France"}, "extra_info": {"answer": "Paris, France"}}]
+    rows = [{"question": "q", "reward_model": {"ground_truth": "Paris, France"},
+             "extra_info": {"answer": "Paris, France"}}]
     assert load_qa_file(write_rows(tmp_path / "a.jsonl", rows), "nq", "test")["golden_answers"][0] == ["Paris, France"]
 
 
@@ -340,10 +348,12 @@ def test_verl_plain_string_ground_truth(tmp_path):
 
 
 def test_flashrag_jsonl_and_search_r1_parquet(tmp_path):
-    flashrag = [{"id": f"test_{i}", "question": q, "golden_answers": a} for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
+    flashrag = [{"id": f"test_{i}", "question": q, "golden_answers": a}
+                for i, (q, a) in enumerate(zip(QUESTIONS, ALIASES))]
     df = load_qa_file(write_rows(tmp_path / "f.jsonl", flashrag), "nq", "test")
     assert df["golden_answers"].tolist() == ALIASES and df["id"].tolist()[0] == "nq_test_test_0"
-    searchr1 = [r | {"data_source": "nq", "reward_model": {"ground_truth": {"target": r["golden_answers"]}, "style": "rule"},
+    searchr1 = [r | {"data_source": "nq",
+                     "reward_model": {"ground_truth": {"target": r["golden_answers"]}, "style": "rule"},
                      "extra_info": {"index": i, "split": "test"}} for i, r in enumerate(flashrag)]
     df = load_qa_file(write_rows(tmp_path / "s.parquet", searchr1), "nq", "test")
     assert df["golden_answers"].tolist() == ALIASES and df["source_id"].tolist() == ["test_0", "test_1", "test_2"]
@@ -351,14 +361,16 @@ def test_flashrag_jsonl_and_search_r1_parquet(tmp_path):
 
 def test_alias_lists_in_several_places_are_merged_without_repeats(tmp_path):
     rows = [{"question": "q", "golden_answers": ["Paris"], "answer": "Paris, Ile-de-France",
-             "reward_model": {"ground_truth": {"target": ["Paris", "City of Light"]}}, "extra_info": {"answer": ["paris"]}}]
+             "reward_model": {"ground_truth": {"target": ["Paris", "City of Light"]}},
+             "extra_info": {"answer": ["paris"]}}]
     df = load_qa_file(write_rows(tmp_path / "m.parquet", rows), "nq", "test")
     assert df["golden_answers"][0] == ["Paris", "City of Light", "paris"]
 
 
 def test_plain_json_list_and_reward_model_json_string(tmp_path):
     plain = [{"question": "a", "answer": "x"}, {"question": "b", "answer": ["y", "z"]}]
-    assert load_qa_file(write_rows(tmp_path / "p.json", plain), "nq", "dev")["golden_answers"].tolist() == [["x"], ["y", "z"]]
+    assert (load_qa_file(write_rows(tmp_path / "p.json", plain), "nq", "dev")["golden_answers"].tolist()
+            == [["x"], ["y", "z"]])
     popqa = [{"question": "q", "answer": "actor", "reward_model": '{"ground_truth": {"target": "actor"}}',
               "extra_info": {"index": 3.0, "split": "test"}}]
     df = load_qa_file(write_rows(tmp_path / "p.parquet", popqa), "popqa", "test")
@@ -366,31 +378,36 @@ def test_plain_json_list_and_reward_model_json_string(tmp_path):
 
 
 def test_triviaqa_llm_foundry_layout(tmp_path):
-    rows = [{"context": "Question: Which vegetable?\nAnswer:", "answer": "Onion", "aliases": ["Onions", "Onion", "Allium cepa"]}]
+    rows = [{"context": "Question: Which vegetable?\nAnswer:", "answer": "Onion",
+             "aliases": ["Onions", "Onion", "Allium cepa"]}]
     df = load_qa_file(write_rows(tmp_path / "t.jsonl", rows), "triviaqa", "test")
     assert df["question"][0] == "Which vegetable?" and df["golden_answers"][0] == ["Onion", "Onions", "Allium cepa"]
 
 
 def test_triviaqa_official_data_layout(tmp_path):
     data = {"Data": [
-        {"Answer": {"Aliases": ["David Seville", "Ross Bagdasarian"], "NormalizedAliases": ["david seville", "ross bagdasarian"],
+        {"Answer": {"Aliases": ["David Seville", "Ross Bagdasarian"],
+                    "NormalizedAliases": ["david seville", "ross bagdasarian"],
                     "NormalizedValue": "david seville", "Type": "WikipediaEntity", "Value": "David Seville"},
          "EntityPages": [], "Question": "Who was the man behind The Chipmunks?", "QuestionId": "tc_2",
          "QuestionSource": "http://www.triviacountry.com/", "SearchResults": []},
-        {"Answer": {"Aliases": ["7"], "NormalizedAliases": ["7"], "Value": "7"}, "Question": "How many?", "QuestionId": "tc_9"},
+        {"Answer": {"Aliases": ["7"], "NormalizedAliases": ["7"], "Value": "7"}, "Question": "How many?",
+         "QuestionId": "tc_9"},
     ], "Domain": "Web", "Split": "dev", "VerifiedEval": False, "Version": 1.0}
     path = tmp_path / "triviaqa.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     df = load_qa_file(path, "triviaqa", "dev")
     assert df["id"].tolist() == ["triviaqa_dev_tc_2", "triviaqa_dev_tc_9"]
     assert df["question"][0] == "Who was the man behind The Chipmunks?"
-    assert df["golden_answers"].tolist() == [["David Seville", "Ross Bagdasarian", "david seville", "ross bagdasarian"], ["7"]]
+    assert df["golden_answers"].tolist() == [["David Seville", "Ross Bagdasarian", "david seville", "ross bagdasarian"],
+                                             ["7"]]
     del data["Data"][1]["Answer"]  # the official test file has no answers
     path.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(InputError, match=r"triviaqa\.json, item 2: missing answers"):
         load_qa_file(path, "triviaqa", "test")
     path.write_text(json.dumps({"version": 1, "questions": []}), encoding="utf-8")
-    with pytest.raises(InputError, match=r"expected a JSON list of records or TriviaQA's \{\"Data\".*keys \['questions', 'version'\]"):
+    with pytest.raises(InputError, match=r"expected a JSON list of records or TriviaQA's \{\"Data\""
+                                         r".*keys \['questions', 'version'\]"):
         load_qa_file(path, "triviaqa", "test")
 
 

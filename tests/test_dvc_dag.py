@@ -30,7 +30,7 @@ def stage_bodies(spec: dict) -> dict[str, dict]:
         for key, item in body["foreach"].items():
             text = yaml.safe_dump(body["do"]).replace("${key}", key)
             for field, value in (item or {}).items():
-                text = text.replace("${item.%s}" % field, str(value))
+                text = text.replace(f"${{item.{field}}}", str(value))
             out[f"{name}@{key}"] = yaml.safe_load(text)
     return out
 

@@ -110,7 +110,8 @@ def test_every_stage_declares_exactly_the_params_it_read(built):
         declared = _under([p.replace("${profile}", "ci") for p in body["params"]], leaves)
         used = _under(read, leaves) - _under(NOT_DEPENDENCIES, leaves) | OTHER_PROFILES.get(name, set())
         if declared != used:
-            wrong[name] = {"read, not declared": sorted(used - declared), "declared, never read": sorted(declared - used)}
+            wrong[name] = {"read, not declared": sorted(used - declared),
+                           "declared, never read": sorted(declared - used)}
     assert wrong == {}
 
 

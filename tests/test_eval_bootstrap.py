@@ -82,7 +82,8 @@ def test_observed_diff_equals_macro_metrics_gap() -> None:
         "critic": {"nq": [[0, 0, 0, 0], [1, 0, 1, 0]], "bamboogle": [[1, 1, 1, 1]]},
     }
     records = records_from(correct)
-    gap = paired_bootstrap(per_question_scores(records, runs=EVAL.runs), "critic", "opd", draws=200, seed=0, level=EVAL.confidence)
+    gap = paired_bootstrap(per_question_scores(records, runs=EVAL.runs), "critic", "opd", draws=200, seed=0,
+                           level=EVAL.confidence)
     macro = macro_metrics(records, runs=EVAL.runs).set_index("system")["avg@4"]
     assert gap["diff"] == pytest.approx(macro["opd"] - macro["critic"])
     # by hand: opd (75 + 25) / 2 = 50, critic (25 + 100) / 2 = 62.5
@@ -125,11 +126,13 @@ def test_seed_determines_the_interval() -> None:
 def test_unpaired_questions_and_bad_systems_are_rejected() -> None:
     frame = random_scores(["a", "b"], {"nq": 5}, seed=0)
     with pytest.raises(InputError, match="nq-2"):
-        paired_bootstrap(frame.drop(index=frame.index[(frame["system"] == "b")][2]), "b", "a", draws=EVAL.bootstrap_draws, seed=EVAL.bootstrap_seed, level=EVAL.confidence)
+        paired_bootstrap(frame.drop(index=frame.index[(frame["system"] == "b")][2]), "b", "a",
+                         draws=EVAL.bootstrap_draws, seed=EVAL.bootstrap_seed, level=EVAL.confidence)
     with pytest.raises(InputError, match="'zz'"):
         paired_bootstrap(frame, "zz", "a", draws=EVAL.bootstrap_draws, seed=EVAL.bootstrap_seed, level=EVAL.confidence)
     with pytest.raises(InputError, match="also listed"):
-        paired_bootstrap_many(frame, "a", ["a", "b"], draws=EVAL.bootstrap_draws, seed=EVAL.bootstrap_seed, level=EVAL.confidence)
+        paired_bootstrap_many(frame, "a", ["a", "b"], draws=EVAL.bootstrap_draws, seed=EVAL.bootstrap_seed,
+                              level=EVAL.confidence)
     bad = frame.copy()
     bad.loc[0, "score"] = 1.5
     with pytest.raises(InputError, match="score"):

@@ -114,7 +114,8 @@ def test_merge_lock_entry_keeps_other_stages(tmp_path):
     merge_lock_entry(lock, "splits", {"cmd": "a"})
     merge_lock_entry(lock, "corpus", {"cmd": "b"})
     merge_lock_entry(lock, "splits", {"cmd": "c"})
-    assert yaml.safe_load(lock.read_text()) == {"schema": "2.0", "stages": {"splits": {"cmd": "c"}, "corpus": {"cmd": "b"}}}
+    assert yaml.safe_load(lock.read_text()) == {"schema": "2.0",
+                                                "stages": {"splits": {"cmd": "c"}, "corpus": {"cmd": "b"}}}
 
 
 def test_deployments_validate():
@@ -129,7 +130,7 @@ def test_deployments_validate():
         paper_flow.validate_parameters(deployment.parameters)  # raises on an unknown or mistyped parameter
     with pytest.raises(ValueError):
         CronSchedule(cron="0 3 * * funday")
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - Prefect's error class for an unknown parameter is not pinned here
         paper_flow.validate_parameters({"profile": "ci", "no_such_parameter": 1})
 
 

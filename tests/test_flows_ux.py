@@ -40,7 +40,6 @@ def test_dvc_output_streams_while_the_command_runs(tmp_path, monkeypatch):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(workspaces, "dvc_executable", lambda: str(fake))
     seen = []
-    started = time.monotonic()
     code, out = run_dvc(["repro"], tmp_path, {}, on_line=lambda line: seen.append((time.monotonic(), line)))
     ended = time.monotonic()
     assert code == 3 and out == "first\nlast" and [line for _, line in seen] == ["first", "last"]

@@ -76,7 +76,8 @@ def test_a_crashing_or_failing_check_is_reported_and_the_exit_code_is_1(tmp_path
 
     monkeypatch.setattr(smoke_module, "_install_verl_stand_in", lambda: "untouched")  # no sys.modules edits here
     monkeypatch.setitem(smoke_module.CHECKS, "backend", crash)
-    monkeypatch.setitem(smoke_module.CHECKS, "trainer", lambda ctx: {"passed": False, "figures": {"losses": [float("nan")]}})
+    monkeypatch.setitem(smoke_module.CHECKS, "trainer",
+                        lambda ctx: {"passed": False, "figures": {"losses": [float("nan")]}})
     out = tmp_path / "r.json"
     assert smoke_module.main(["--out", str(out), "--device", "cpu", "--checks", "backend", "trainer"]) == 1
     results = json.loads(out.read_text())

@@ -126,12 +126,13 @@ def test_hierarchy_grpo_teaches_the_leader_to_dispatch_and_the_answerer_to_be_ri
         policy = ChoiceBackend(tiny_model(tokenizer, 0), tokenizer, _hierarchy_choices)
         teacher = HFBackend(tiny_model(tokenizer, 1), tokenizer)
 
-        def measure():
+        def measure(policy=policy):
             return (_gap(policy, leader, "<dispatch>", "<answer_with>"),
                     _gap(policy, answerer, "<answer>paris</answer>", "<answer>rome</answer>"))
         before = measure()
         with signals(grpo=sign):
-            train_steps(control_config("ablation_no_searcher_supervision", lr=3e-3), make_inputs(policy, QUESTIONS, teacher), 4)
+            train_steps(control_config("ablation_no_searcher_supervision", lr=3e-3),
+                        make_inputs(policy, QUESTIONS, teacher), 4)
         after = measure()
         moves[sign] = (after[0] - before[0], after[1] - before[1])
     print("hierarchy GRPO moves", moves)
@@ -169,7 +170,8 @@ def test_searcher_opd_pulls_the_searcher_toward_the_teacher(tokenizer):
         prompts, responses = _student_samples(policy, contexts, 24, seed=5)
         before = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id)
         with signals(grpo=0.0, opd=sign):
-            train_steps(control_config("multiagent_opd", lr=5e-4, searcher_max_new_tokens=24), make_inputs(policy, QUESTIONS, teacher), 8)
+            train_steps(control_config("multiagent_opd", lr=5e-4, searcher_max_new_tokens=24),
+                        make_inputs(policy, QUESTIONS, teacher), 8)
         ratios[sign] = sequence_kl(policy.model, teacher.model, prompts, responses, policy.pad_id) / before
     print("OPD KL ratios", ratios)
     assert ratios[1.0] <= 0.9 and ratios[-1.0] >= 1.1, ratios

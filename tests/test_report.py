@@ -85,7 +85,8 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
         ours = metrics["systems"][name]
         for key in ("avg@4", "pass@4", "all@4"):
             assert ours["macro"][key] == pytest.approx(macro.loc[name, key], abs=1e-4)
-            assert ours["datasets"]["hotpotqa"][key] == pytest.approx(per_dataset.loc[(name, "hotpotqa"), key], abs=1e-4)
+            assert ours["datasets"]["hotpotqa"][key] == pytest.approx(per_dataset.loc[(name, "hotpotqa"), key],
+                                                                      abs=1e-4)
     assert metrics["systems"]["c_mas_rl"]["workload"]["input_tokens"] == pytest.approx(
         workload(records).set_index("system").loc["c_mas_rl", "input_tokens"], abs=1e-4)
     assert metrics["systems"]["h_mas_base"]["behaviour"]["format_failure_rate_macro"] == pytest.approx(

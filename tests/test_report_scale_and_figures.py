@@ -111,7 +111,8 @@ def test_macro_and_gap_figures_draw_any_systems(evaluated, tmp_path):
 
 
 def test_scores_that_never_vary_show_nothing():
-    records = pd.concat([synthetic_records(s, 0.3, QUOTAS, seed=i) for i, s in enumerate(["multiagent_opd", "c_mas_rl"])],
+    records = pd.concat([synthetic_records(s, 0.3, QUOTAS, seed=i)
+                         for i, s in enumerate(["multiagent_opd", "c_mas_rl"])],
                         ignore_index=True).assign(strict_correct=False)  # an untrained model: every answer wrong
     results = compute_results(records, ["multiagent_opd", "c_mas_rl"], [], "multiagent_opd", 4, DRAWS, SEED, LEVEL)
     intervals = macro_intervals(records, ["multiagent_opd", "c_mas_rl"], runs=4, draws=DRAWS, seed=SEED, level=LEVEL)

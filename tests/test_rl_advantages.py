@@ -163,8 +163,9 @@ def random_batch(seed: int, workflow: str = "hierarchy") -> tuple[pd.DataFrame, 
 
     def add(sample_id, role, traj, n_gen, n_obs=0, **kw):
         base = dict(sample_id=sample_id, question_id=traj.split("/")[0], trajectory_id=traj, workflow=workflow,
-                    role=role, call_id=0, agent_id=role, request_id="", candidate_id=-1, malformed=bool(rng.random() < 0.1),
-                    n_search=int(rng.integers(0, 4)), reported=bool(rng.random() < 0.8), answer="",
+                    role=role, call_id=0, agent_id=role, request_id="", candidate_id=-1,
+                    malformed=bool(rng.random() < 0.1), n_search=int(rng.integers(0, 4)),
+                    reported=bool(rng.random() < 0.8), answer="",
                     golden_answers=["paris"], c_tool=c_tool[traj], is_final_request=False,
                     judge_score=float(rng.integers(0, 11)))
         base.update(kw)
@@ -218,15 +219,16 @@ def oracle_advantages(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, be
             adv[tied.astype(bool).to_numpy()] = 0.0
             unit_of_sample = samples.set_index("sample_id")[unit] if unit != "sample_id" else None
             sample_ids = tokens.loc[on, "sample_id"]
-            expected[on] = (sample_ids if unit_of_sample is None else sample_ids.map(unit_of_sample)).map(adv).to_numpy()
+            expected[on] = ((sample_ids if unit_of_sample is None else sample_ids.map(unit_of_sample))
+                            .map(adv).to_numpy())
     return expected
 
 
 @pytest.mark.parametrize(
     "mode, workflow, seed",
     [("multiagent_opd", "hierarchy", 0), ("multiagent_opd", "hierarchy", 1), ("ablation_base_teacher", "hierarchy", 2),
-     ("prompted_critic", "hierarchy", 3), ("ablation_no_searcher_supervision", "hierarchy", 4), ("c_mas_rl", "cascade", 5),
-     ("ablation_outcome_rl_searcher", "hierarchy", 7)],
+     ("prompted_critic", "hierarchy", 3), ("ablation_no_searcher_supervision", "hierarchy", 4),
+     ("c_mas_rl", "cascade", 5), ("ablation_outcome_rl_searcher", "hierarchy", 7)],
 )
 def test_registered_estimator_equals_an_independent_oracle(mode, workflow, seed):
     samples, tokens = random_batch(seed, workflow)

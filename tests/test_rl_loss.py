@@ -65,7 +65,8 @@ def test_loss_has_gradient_only_where_the_ratio_is_not_clipped():
 
 def test_wider_clip_changes_the_answer():
     new, old, adv, mask, entropy = batch()
-    _, metrics = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.0, clip_ratio=0.6, clip_ratio_c=OPTIM.clip_ratio_c)
+    _, metrics = policy_loss(new, old, adv, mask, entropy, entropy_coef=0.0, clip_ratio=0.6,
+                             clip_ratio_c=OPTIM.clip_ratio_c)
     per_token = [hand_token_loss(r, a, clip=0.6) for r, a in CASES]
     assert metrics["pg_loss"] == pytest.approx(sum(per_token) / 4)
 

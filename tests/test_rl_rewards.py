@@ -194,7 +194,8 @@ def _hierarchy_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
         cand("q1/t0", 0, "Paris", c_tool=2), cand("q1/t0", 1, "Rome", c_tool=2),
     ])
     t = pd.DataFrame(
-        trows("q1/t0/c0", "leader", [-1.0], [-1.2], [1]) + trows("q1/t0/c1", "searcher", [-1.0, -2.0], [-0.5, np.nan], [1, 0])
+        trows("q1/t0/c0", "leader", [-1.0], [-1.2], [1])
+        + trows("q1/t0/c1", "searcher", [-1.0, -2.0], [-0.5, np.nan], [1, 0])
         + trows("q1/t0/c9/k0", "answerer", [-0.3], [-0.1], [1]) + trows("q1/t0/c9/k1", "answerer", [-0.3], [-0.9], [1])
     )
     return s, t
@@ -233,7 +234,8 @@ def test_compute_rewards_stage1_has_no_kl_and_checks_the_workflow():
         srow("q1/t0/c0", "searcher", n_search=1, reported=True, workflow="cascade"),
         cand("q1/t0", 0, "Paris", workflow="cascade"),
     ])
-    t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-3.0], [1]) + trows("q1/t0/c9/k0", "answerer", [-1.0], [-3.0], [1]))
+    t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-3.0], [1])
+                     + trows("q1/t0/c9/k0", "answerer", [-1.0], [-3.0], [1]))
     out = compute_rewards(s, t, "c_mas_rl", REWARDS)
     assert out["reward"].tolist() == pytest.approx([0.9 + 0.05, 1.0])
     assert out["kl_to_teacher"].isna().all()
@@ -252,7 +254,8 @@ def test_compute_rewards_opd_requires_the_teacher():
 
 
 def test_leader_reward_rejects_c_tool_that_varies_inside_a_trajectory():
-    s = pd.DataFrame([srow("a0", "leader", "q1/t0", c_tool=1, r_em=1.0), srow("a1", "leader", "q1/t0", c_tool=2, r_em=1.0)])
+    s = pd.DataFrame([srow("a0", "leader", "q1/t0", c_tool=1, r_em=1.0),
+                      srow("a1", "leader", "q1/t0", c_tool=2, r_em=1.0)])
     with pytest.raises(InputError, match="c_tool"):
         leader_reward(s, REWARDS)
 
@@ -266,8 +269,10 @@ def _stage1_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
         srow("q1/t1/c0", "searcher", "q1/t1", n_search=1, reported=True, malformed=True, workflow="cascade"),
         cand("q1/t0", 0, "Paris", workflow="cascade"), cand("q1/t1", 0, "Rome", workflow="cascade"),
     ])
-    t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-1.0], [1]) + trows("q1/t1/c0", "searcher", [-1.0], [-1.0], [1])
-                     + trows("q1/t0/c9/k0", "answerer", [-1.0], [-1.0], [1]) + trows("q1/t1/c9/k0", "answerer", [-1.0], [-1.0], [1]))
+    t = pd.DataFrame(trows("q1/t0/c0", "searcher", [-1.0], [-1.0], [1])
+                     + trows("q1/t1/c0", "searcher", [-1.0], [-1.0], [1])
+                     + trows("q1/t0/c9/k0", "answerer", [-1.0], [-1.0], [1])
+                     + trows("q1/t1/c9/k0", "answerer", [-1.0], [-1.0], [1]))
     return s, t
 
 
@@ -293,7 +298,8 @@ def _expected(w, field: str) -> tuple[str, str, float]:
         "critic_em_weight": ("prompted_critic", "q1/t0/c1",
                              w.critic_em_weight * 1.0 + (1 - w.critic_em_weight) * 4.0 / 10),
         "kl_coef": ("multiagent_opd", "q1/t0/c9/k0", 1.0 - w.kl_coef * answerer_kl),
-        "opd_beta": ("multiagent_opd", "q1/t0/c1", w.opd_beta * (-0.5 + 1.0)),  # the Searcher's OPD advantage, first token
+        # the Searcher's OPD advantage, first token
+        "opd_beta": ("multiagent_opd", "q1/t0/c1", w.opd_beta * (-0.5 + 1.0)),
     }[field]
 
 

@@ -81,7 +81,8 @@ class ScriptedHFBackend(HFBackend):
         seeds = sample_seeds(params, len(prompts), n) or [None] * (len(prompts) * n)
         for i, prompt in enumerate(prompts):
             context = self.decode(prompt)
-            ids = [self.encode(self._text(context, params, seeds[i * n + k]))[: params.max_new_tokens] for k in range(n)]
+            ids = [self.encode(self._text(context, params, seeds[i * n + k]))[: params.max_new_tokens]
+                   for k in range(n)]
             logps = self.score([prompt] * n, ids)
             out.append([Generation(t, lp, self.decode(t), "stop") for t, lp in zip(ids, logps)])
         return out
@@ -220,7 +221,8 @@ def test_no_searcher_supervision_leaves_searcher_tokens_out_of_the_loss(tokenize
 
 
 def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypatch):
-    """train@multiagent_opd: reads splits, base and Teacher folders, logs one MLflow run, saves data/models/multiagent_opd."""
+    """train@multiagent_opd: reads splits, base and Teacher folders, logs one MLflow run, saves
+    data/models/multiagent_opd."""
     import mlflow
 
     from pipeline.config import load_params
@@ -247,7 +249,8 @@ def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypat
     base = HFBackend(tmp_path / "data" / "models" / "base").model.state_dict()
     assert any(not torch.equal(trained[k], base[k]) for k in base)
     runs = mlflow.search_runs(experiment_names=["multiagent-opd-ci"])
-    assert list(runs["tags.mlflow.runName"]) == ["train@multiagent_opd"] and list(runs["tags.system"]) == ["multiagent_opd"]
+    assert (list(runs["tags.mlflow.runName"]) == ["train@multiagent_opd"]
+            and list(runs["tags.system"]) == ["multiagent_opd"])
     assert "metrics.pg_loss" in runs.columns and "metrics.dev_em" in runs.columns
     assert (tmp_path / "data" / "audit" / "multiagent_opd" / "step-0000" / "tokens.parquet").is_file()
 

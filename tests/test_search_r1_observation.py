@@ -32,7 +32,8 @@ PASSAGES2STRING_CASES = [
     ([' "T" \n  text'], 'Doc 1(Title:  "T" )   text\n'),
     (['"T"\r\ntext'], 'Doc 1(Title: "T"\r) text\n'),
     (["", '"B"\nbeta'], 'Doc 1(Title: ) \nDoc 2(Title: "B") beta\n'),
-    (['"A"\nalpha', '"Z"\nends with blanks  \n\n'], 'Doc 1(Title: "A") alpha\nDoc 2(Title: "Z") ends with blanks  \n\n\n'),
+    (['"A"\nalpha', '"Z"\nends with blanks  \n\n'],
+     'Doc 1(Title: "A") alpha\nDoc 2(Title: "Z") ends with blanks  \n\n\n'),
     ([], ""),
 ]
 
@@ -64,7 +65,8 @@ def test_the_stored_contents_travel_but_do_not_change_equality():
     assert hit.contents == "Absalon\ndragged forth"
 
 
-REAL_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real" / "searchr1" / "example_rollout_case.txt"
+REAL_TRACE = (Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real" / "searchr1"
+              / "example_rollout_case.txt")
 
 
 @pytest.mark.real_data

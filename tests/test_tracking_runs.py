@@ -108,7 +108,8 @@ def test_training_run_logs_and_registers_its_model_audit_and_curves(tmp_path, st
     with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=tmp_path) as mlf:
         for step in range(3):
             mlf.log_metrics({"dev_em": 0.1 * step, "reward_leader": step}, step=step)
-        log_training(mlf, _params(50), tmp_path, model_folder, "multiagent_opd", "train@multiagent_opd", _audit(tmp_path / "audit"))
+        log_training(mlf, _params(50), tmp_path, model_folder, "multiagent_opd", "train@multiagent_opd",
+                     _audit(tmp_path / "audit"))
         run_id = mlf.active_run().info.run_id
     run = store.get_run(run_id)
     assert run.data.tags["kind"] == "training" and run.data.tags["model_logged"].startswith("yes")

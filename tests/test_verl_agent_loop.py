@@ -68,9 +68,10 @@ def settings(system: str, sampled: bool = False, **rollout) -> TrainConfig:
     limits = dict(leader_max_new_tokens=12, searcher_max_new_tokens=10, answerer_max_new_tokens=6) if sampled else \
         dict(leader_max_new_tokens=64, searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     cfg = workflow_cfg(**{**dict(top_k=2, n_candidates=3, max_searcher_turns=3), **limits, **rollout})
-    return TrainConfig(system=system, steps=1, seed=11, questions_per_batch=1, oversample=1, trajectories_per_question=1,
-                       lr=1e-4, entropy_coef=0.0, eval_every=1, dev_questions=1, checkpoint_every=1, audit_every=1,
-                       judge_max_new_tokens=8, rollout=cfg, dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
+    return TrainConfig(system=system, steps=1, seed=11, questions_per_batch=1, oversample=1,
+                       trajectories_per_question=1, lr=1e-4, entropy_coef=0.0, eval_every=1, dev_questions=1,
+                       checkpoint_every=1, audit_every=1, judge_max_new_tokens=8, rollout=cfg,
+                       dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
                        optim=OPTIM, rewards=REWARDS, reference_seed=0)
 
 
@@ -134,7 +135,8 @@ async def run_loop(loop, manager, n_traj: int, split: str = "train") -> list:
     try:
         for question in QUESTIONS:
             for k in range(n_traj):
-                out = await loop.run({"temperature": 1.0}, raw_prompt=[{"role": "user", "content": question["question"]}],
+                out = await loop.run({"temperature": 1.0},
+                                     raw_prompt=[{"role": "user", "content": question["question"]}],
                                      extra_info=extra_info(question, split), session_id=k, global_steps=STEP)
                 outputs.append(out)
     finally:
@@ -147,8 +149,9 @@ def reference_batch(policy, teacher, team: TrainConfig, n_traj: int) -> tuple[pd
     trajectories = []
     for question in QUESTIONS:
         for k in range(n_traj):
-            rollout = run_workflow(MODES[team.system].workflow, [question], PerEntrySeedBackend(policy), FakeRetriever(), team.rollout,
-                                   n_traj=1, seed=trajectory_seed(team.seed, STEP, question["question_id"], k))
+            rollout = run_workflow(MODES[team.system].workflow, [question], PerEntrySeedBackend(policy),
+                                   FakeRetriever(), team.rollout, n_traj=1,
+                                   seed=trajectory_seed(team.seed, STEP, question["question_id"], k))
             renumber(rollout, k)
             trajectories += rollout.trajectories
     batch = Rollout(MODES[team.system].workflow, team.rollout, 0, load_prompts().version, trajectories)
@@ -205,7 +208,8 @@ def run_both(tokenizer, repo_root, mode: str, kind: str, n_traj: int = 2, split:
 # --------------------------------------------------------------------------- the agent loop
 
 
-@pytest.mark.parametrize(("mode", "kind"), [("c_mas_rl", "scripted"), ("multiagent_opd", "scripted"), ("multiagent_opd", "sampled")])
+@pytest.mark.parametrize(("mode", "kind"),
+                         [("c_mas_rl", "scripted"), ("multiagent_opd", "scripted"), ("multiagent_opd", "sampled")])
 def test_agent_loop_reproduces_the_in_process_tables(tokenizer, repo_root, mode, kind):
     outputs, calls, reference = run_both(tokenizer, repo_root, mode, kind)
     assert all(isinstance(o, list) and len(o) > 1 for o in outputs)  # several samples per run
@@ -215,7 +219,8 @@ def test_agent_loop_reproduces_the_in_process_tables(tokenizer, repo_root, mode,
     assert set(samples["workflow"]) == {MODES[mode].workflow}
     assert set(samples["trajectory_id"]) == {f"q{i}/t{k}" for i in range(2) for k in range(2)}
     if kind == "scripted":
-        assert set(samples["role"]) == ({"searcher", "answerer"} if mode == "c_mas_rl" else {"leader", "searcher", "answerer"})
+        assert set(samples["role"]) == ({"searcher", "answerer"} if mode == "c_mas_rl"
+                                        else {"leader", "searcher", "answerer"})
         assert (samples["n_search"] > 0).any()
     # every request went to the server alone, with its entry seed, SGLang's sampling keys and the stop tags kept
     assert len(calls) == sum(samples["n_turns"])
@@ -303,7 +308,8 @@ def test_registered_estimator_on_the_verl_batch_equals_in_process_advantages(tok
     advantages = batch_advantages(data.batch, data.non_tensor_batch)
     assert advantages.shape == data.batch["responses"].shape
     row = {d["sample_id"]: i for i, d in enumerate(data.non_tensor_batch[SAMPLE_KEY])}
-    got = advantages[[row[s] for s in tokens["sample_id"]], torch.as_tensor(tokens["pos"].to_numpy().copy())].to(torch.float64).numpy()
+    got = advantages[[row[s] for s in tokens["sample_id"]],
+                     torch.as_tensor(tokens["pos"].to_numpy().copy())].to(torch.float64).numpy()
     np.testing.assert_allclose(got, tokens["advantage"].to_numpy(), rtol=0, atol=1e-6)
     assert np.abs(tokens["advantage"].to_numpy()).max() > 0  # the comparison is not 0 == 0
     # nothing outside the responses, nothing on masked tokens

@@ -199,8 +199,10 @@ def test_cli_prints_the_command_and_fails_on_the_tiny_profile(repo_root, capsys)
     assert main(["--params", params, "--profile", "paper", "train-verl", "multiagent_opd", "--teacher-url", "http://t",
                  "-o", "trainer.val_before_train=false"]) == 0
     out = capsys.readouterr().out
-    assert "verl.trainer.main_ppo" in out and "--config-name=multiagent_opd" in out and "trainer.val_before_train=false" in out
-    assert main(["--params", params, "--profile", "tiny", "train-verl", "multiagent_opd", "--teacher-url", "http://t"]) == 2
+    assert ("verl.trainer.main_ppo" in out and "--config-name=multiagent_opd" in out
+            and "trainer.val_before_train=false" in out)
+    assert main(["--params", params, "--profile", "tiny", "train-verl", "multiagent_opd",
+                 "--teacher-url", "http://t"]) == 2
     assert "disagrees with params.yaml" in capsys.readouterr().err
 
 

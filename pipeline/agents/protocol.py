@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Union
 
 ACTION_TAGS = ("search", "report", "answer", "dispatch", "answer_with")
 # Every closing action tag: the stop list of every generation request.
@@ -91,7 +90,7 @@ class AnswerWith:
     name = "answer_with"
 
 
-Action = Union[Search, Report, Answer, Dispatch, AnswerWith]
+Action = Search | Report | Answer | Dispatch | AnswerWith
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ def training_episodes(train: pd.DataFrame) -> list[Episode]:
             raise InputError(f"train split: question {row.id!r}: field 'hops' is not a JSON hop list: {exc}") from exc
         if not hops:
             raise InputError(f"train split: question {row.id!r}: field 'hops' is empty")
-        episodes.append(Episode(str(row.id), str(row.question), str(row.family), hops, [str(g) for g in row.golden_answers]))
+        episodes.append(Episode(str(row.id), str(row.question), str(row.family), hops,
+                                [str(g) for g in row.golden_answers]))
     return episodes
 
 

@@ -232,7 +232,8 @@ def _next_tasks(ep: Episode, reports_text: str, dispatched: dict[str, int]) -> l
     unresolved = [h for h in ep.hops if not contains(reports_text, h.answer)]
     if ep.family == "comparison":
         todo = unresolved
-    elif unresolved and (unresolved[0] is ep.hops[0] or contains(reports_text, ep.hops[ep.hops.index(unresolved[0]) - 1].answer)):
+    elif unresolved and (unresolved[0] is ep.hops[0]
+                         or contains(reports_text, ep.hops[ep.hops.index(unresolved[0]) - 1].answer)):
         todo = unresolved[:1]
     else:
         todo = []
@@ -274,7 +275,8 @@ def hierarchy_episode(
             dispatched[task] = dispatched.get(task, 0) + 1
             run = run_searcher(task, [hop], [hop], search, rng, rates, max_searches)
             wave_steps = max(wave_steps, len(run.turns))
-            ep.demos.append(Demo("searcher", prompts.searcher_prompt(task), tuple(run.turns), ep.question_id, "hierarchy"))
+            ep.demos.append(Demo("searcher", prompts.searcher_prompt(task), tuple(run.turns), ep.question_id,
+                                 "hierarchy"))
             report_id = f"R{len(reports) + 1}"
             reports.append(ReportLine(report_id, task, run.report))
             if contains(run.report, hop.answer):

@@ -65,7 +65,8 @@ def reading_texts(
         items.append((question, gold, sentence, sentence[start : start + len(hop.answer)]))
     if neighbours is not None and items:
         near = neighbours([gold.text for _, gold, _, _ in items], distractors + 1)
-        others = [[p for p in found if p.text != gold.text][:distractors] for (_, gold, _, _), found in zip(items, near)]
+        others = [[p for p in found if p.text != gold.text][:distractors]
+                  for (_, gold, _, _), found in zip(items, near)]
     else:
         others = [_random_others(gold, corpus, distractors, rng) for _, gold, _, _ in items]
     texts = []

@@ -14,7 +14,7 @@ import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import pandas as pd
 
@@ -34,10 +34,10 @@ from pipeline.retrieval.retriever import DenseRetriever
 # (benchmarks/bench_lm_training.py); SFT keeps SDPA (eager: no faster, +0.9 GB). The saved model keeps SDPA.
 PRETRAIN_ATTENTION = "eager"
 
-Curves = Callable[[str], ContextManager[LogFn]]  # curve name -> a step logger for that phase
+Curves = Callable[[str], contextlib.AbstractContextManager[LogFn]]  # curve name -> a step logger for that phase
 
 
-def _no_curves(_: str) -> ContextManager[LogFn | None]:
+def _no_curves(_: str) -> contextlib.AbstractContextManager[LogFn | None]:
     return contextlib.nullcontext(None)
 
 
@@ -49,7 +49,8 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
 
     bm, proto = params.base_model, params.common.protocol
     if bm.kind != "scratch" or not (bm.model and bm.pretrain and bm.sft and bm.demos and bm.vocab_size):
-        raise InputError(f"{params.profile}.base_model: the recipe needs kind 'scratch' with model, pretrain, sft, demos")
+        raise InputError(f"{params.profile}.base_model: the recipe needs kind 'scratch' with model, "
+                         "pretrain, sft, demos")
     torch.set_num_threads(bm.threads)
     bf16 = resolve_bf16(bm.bf16)
     seconds: dict[str, float] = {}

@@ -138,7 +138,8 @@ def _pools(questions: pd.DataFrame, train_datasets: Sequence[str], test_quotas: 
     for ds in sorted(test_quotas):
         split = next((s for s in test_splits if (ds, s) in present), None)
         if split is None:
-            raise InputError(f"questions table: dataset {ds!r} has no rows in any of the test splits {list(test_splits)}")
+            raise InputError(f"questions table: dataset {ds!r} has no rows in any of the test splits "
+                             f"{list(test_splits)}")
         if (ds, split) in {(d, s) for d, s, pool, _ in rows if pool == "train"}:
             raise InputError(f"dataset {ds!r}: split {split!r} cannot be both its training and its test pool")
         sources[ds] = split
@@ -165,7 +166,8 @@ def _frame(questions: pd.DataFrame, picked: pd.DataFrame, split: str) -> pd.Data
         "split": split,
         "id": rows["id"].astype("str").to_numpy(),
         "question": rows["question"].astype("str").to_numpy(),
-        "golden_answers": [[str(a) for a in ([ans] if isinstance(ans, str) else ans)] for ans in rows["golden_answers"]],
+        "golden_answers": [[str(a) for a in ([ans] if isinstance(ans, str) else ans)]
+                           for ans in rows["golden_answers"]],
         "norm_question": picked["norm"].to_numpy(),
     })
     for col in EXTRA_COLUMNS:

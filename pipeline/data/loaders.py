@@ -131,7 +131,8 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def load_qa_file(path: str | Path, dataset: str, split: str) -> pd.DataFrame:
-    """One QA file (format detected from extension and fields) as (dataset, split, id, question, golden_answers, source_id)."""
+    """One QA file (format detected from extension and fields) as
+    (dataset, split, id, question, golden_answers, source_id)."""
     path = Path(path)
     rows = []
     first_seen: dict[str, str] = {}
@@ -197,7 +198,8 @@ def _fast_jsonl_frame(path: Path) -> pd.DataFrame | None:
 
 
 def load_corpus_file(path: str | Path) -> pd.DataFrame:
-    """One corpus file: FlashRAG jsonl {id, contents} or a JSON/parquet table of {title, text} -> (id, title, text, contents)."""
+    """One corpus file: FlashRAG jsonl {id, contents} or a JSON/parquet table of {title, text}
+    -> (id, title, text, contents)."""
     path = Path(path)
     if path.suffix == ".jsonl" and path.is_file():
         frame = _fast_jsonl_frame(path)

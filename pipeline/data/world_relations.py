@@ -127,22 +127,38 @@ def value(kb: KnowledgeBase, key: str, i: int) -> Any:
     """The relation's value for subject i: an entity index, a Date, an int year or a word; None if absent."""
     p, f, b, ci, co, c = kb.people, kb.films, kb.books, kb.cities, kb.countries, kb.companies
     match key:
-        case "person.birth_date": return p.birth[i]
-        case "person.birth_city": return p.city[i]
-        case "person.occupation": return p.occupation[i]
-        case "person.spouse": return p.spouse[i] if p.spouse[i] >= 0 else None
-        case "film.director": return f.director[i]
-        case "film.year": return f.year[i]
-        case "film.country": return f.country[i]
-        case "book.author": return b.author[i]
-        case "book.year": return b.year[i]
-        case "city.country": return ci.country[i]
-        case "city.founded": return ci.founded[i]
-        case "country.capital": return co.capital[i]
-        case "country.currency": return co.currency[i]
-        case "company.founder": return c.founder[i]
-        case "company.hq": return c.hq[i]
-        case "company.founded": return c.founded[i]
+        case "person.birth_date":
+            return p.birth[i]
+        case "person.birth_city":
+            return p.city[i]
+        case "person.occupation":
+            return p.occupation[i]
+        case "person.spouse":
+            return p.spouse[i] if p.spouse[i] >= 0 else None
+        case "film.director":
+            return f.director[i]
+        case "film.year":
+            return f.year[i]
+        case "film.country":
+            return f.country[i]
+        case "book.author":
+            return b.author[i]
+        case "book.year":
+            return b.year[i]
+        case "city.country":
+            return ci.country[i]
+        case "city.founded":
+            return ci.founded[i]
+        case "country.capital":
+            return co.capital[i]
+        case "country.currency":
+            return co.currency[i]
+        case "company.founder":
+            return c.founder[i]
+        case "company.hq":
+            return c.hq[i]
+        case "company.founded":
+            return c.founded[i]
     raise KeyError(key)
 
 

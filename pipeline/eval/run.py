@@ -145,7 +145,8 @@ def evaluate_system(
     if runs < 1 or shard_questions < 1:
         raise InputError(f"eval: runs and shard_questions must be >= 1, got {runs}, {shard_questions}")
     if cfg.n_candidates != 1:
-        raise InputError(f"eval: expected 1 Answerer candidate (common.protocol.eval_candidates), got {cfg.n_candidates}")
+        raise InputError("eval: expected 1 Answerer candidate (common.protocol.eval_candidates), "
+                         f"got {cfg.n_candidates}")
     start = time.perf_counter()
     out_dir = Path(out_dir)
     rows = question_rows(questions)

@@ -89,5 +89,6 @@ def resolve_model_dir(path: str | os.PathLike, verify: bool = False) -> Path:
     if verify:
         got = hash_files(target, model_files(target))
         if got != ref.get("sha256"):
-            raise InputError(f"{ref_file}: {target} changed since it was referenced (sha256 {got} != {ref.get('sha256')})")
+            raise InputError(f"{ref_file}: {target} changed since it was referenced "
+                             f"(sha256 {got} != {ref.get('sha256')})")
     return target

@@ -233,7 +233,8 @@ class SGLangBackend(TokenizerText):
         for start in range(0, len(prompts), per_request):
             chunk = [list(map(int, p)) for p in prompts[start : start + per_request]]
             chunk_seeds = None if seeds is None else seeds[start * n : (start + len(chunk)) * n]
-            outputs = self._post_generate(self._generate_payload(chunk, params, n, chunk_seeds), expected=len(chunk) * n)
+            outputs = self._post_generate(self._generate_payload(chunk, params, n, chunk_seeds),
+                                          expected=len(chunk) * n)
             gens = [self._generation(out, f"output {start * n + i}") for i, out in enumerate(outputs)]
             results.extend(gens[i * n : (i + 1) * n] for i in range(len(chunk)))
         return results

@@ -114,7 +114,8 @@ def search_collapse(curves: Mapping[str, Curve], behaviour_no_search: float | No
     if ends is None:
         return f"No training curve of the outcome-RL Searcher ablation was found. {published}"
     (s0, v0), (s1, v1) = ends
-    test = f"; at evaluation {behaviour_no_search:.1f}% of its workflows made no search" if behaviour_no_search is not None else ""
+    test = (f"; at evaluation {behaviour_no_search:.1f}% of its workflows made no search"
+            if behaviour_no_search is not None else "")
     if v1 >= 0.9:
         verdict = "The collapse is reproduced at this scale."
     elif v1 - v0 >= 0.2:

@@ -147,7 +147,8 @@ def _fallback_html(md: str) -> str:
 
     def flush() -> None:
         if table:
-            cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in table if not row.startswith("|---")]
+            cells = [[c.strip() for c in row.strip().strip("|").split("|")]
+                     for row in table if not row.startswith("|---")]
             head = "".join(f"<th>{inline(c)}</th>" for c in cells[0])
             body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

@@ -116,7 +116,8 @@ def workload_table(results: Results) -> Table:
     for s in results.present:
         ref = pub.WORKLOAD.get(s)
         rows.append([_label(s), fmt(results.value("workload", s, "n_workflows"), 0),
-                     fmt(results.value("workload", s, "search_actions")), fmt(results.value("workload", s, "input_tokens"), 0),
+                     fmt(results.value("workload", s, "search_actions")),
+                     fmt(results.value("workload", s, "input_tokens"), 0),
                      fmt(results.value("workload", s, "output_tokens"), 0),
                      " / ".join(fmt(v, 2 if i == 0 else 0) for i, v in enumerate(ref)) if ref else "-"])
     return headers, rows
@@ -128,7 +129,7 @@ def behaviour_table(results: Results) -> Table:
                "format failure, macro (%)", "rescued by flexible", f"flexible macro avg@{k} (diagnostic)"]
     rows = []
     for s in results.present:
-        b = lambda c: results.value("behaviour", s, c)  # noqa: E731
+        b = lambda c, s=s: results.value("behaviour", s, c)  # noqa: E731
         rows.append([_label(s), fmt(b("no_search_share")), fmt(b("subtask_and_report_share")),
                      fmt(b("final_answer_share")), fmt(b("forced_answer_share")),
                      fmt(b("format_failure_rate_macro")), fmt(b("rescued_by_flexible"), 0),
@@ -160,7 +161,8 @@ def latex_main_table(results: Results, profile: str) -> str:
     lines = [
         r"\begin{table}[t]", r"\centering", r"\small",
         r"\begin{tabular}{lrrrr}", r"\toprule",
-        rf" & \multicolumn{{2}}{{c}}{{ours ({_tex(profile)})}} & \multicolumn{{2}}{{c}}{{published (Qwen3-4B, paper)}} \\",
+        rf" & \multicolumn{{2}}{{c}}{{ours ({_tex(profile)})}}"
+        r" & \multicolumn{2}{c}{published (Qwen3-4B, paper)} \\",
         r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}",
         rf"System & avg@{k} & pass@{k} & avg@4 & pass@4 \\", r"\midrule",
     ]

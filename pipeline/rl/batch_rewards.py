@@ -21,7 +21,8 @@ from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.systems import System
 
 
-def require_scorers(system: System, teacher: Any, judge: Any, what: str = "backend", allow_unused: bool = False) -> None:
+def require_scorers(system: System, teacher: Any, judge: Any, what: str = "backend",
+                    allow_unused: bool = False) -> None:
     """Fail, naming the field, unless `teacher` and `judge` are given (not None) exactly when
     `system` trains with a Teacher and a judge (`allow_unused`: given ones it does not use are
     fine); `what` says what they are (a backend, a URL)."""

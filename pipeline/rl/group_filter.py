@@ -23,7 +23,8 @@ def informative_questions(samples: pd.DataFrame) -> list[str]:
     return [q for q, s in spread.items() if s > 0]
 
 
-def keep_questions(samples: pd.DataFrame, tokens: pd.DataFrame, question_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def keep_questions(samples: pd.DataFrame, tokens: pd.DataFrame,
+                   question_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The samples of `question_ids` and their tokens (every sample of a question is kept)."""
     require_columns(samples, ["sample_id", "question_id"], "samples")
     require_columns(tokens, ["sample_id"], "tokens")

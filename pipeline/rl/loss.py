@@ -79,7 +79,8 @@ def minibatches(n_samples: int, n_minibatches: int, seed: int) -> list[np.ndarra
     return [part for part in np.array_split(order, n_minibatches)]
 
 
-def length_buckets(prompt_lengths: Sequence[int], response_lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+def length_buckets(prompt_lengths: Sequence[int], response_lengths: Sequence[int],
+                   token_budget: int) -> list[list[int]]:
     """Split one minibatch into micro-batches of similar length for gradient accumulation.
 
     Samples are sorted longest first and packed while the padded block (rows x (widest prompt +

@@ -191,7 +191,8 @@ def kl_in_reward(
     stats = _kl_by_sample(samples, tokens)
     if require_teacher and stats["unscored"].any():
         raise InputError(
-            f"tokens.teacher_logp: expected Teacher log-probs on the loss tokens of {stats.index[stats['unscored']][0]!r}"
+            "tokens.teacher_logp: expected Teacher log-probs on the loss tokens of "
+            f"{stats.index[stats['unscored']][0]!r}"
         )
     kl = stats["kl"].where(~stats["unscored"]).astype(np.float64)
     leader = stats[stats["role"] == "leader"]
@@ -232,10 +233,12 @@ def compute_rewards(
     bad_workflow = samples["workflow"] != system.workflow
     if bad_workflow.any():
         raise InputError(
-            f"samples.workflow: system {system.name} expects {system.workflow!r}, found {samples['workflow'][bad_workflow].iloc[0]!r}"
+            f"samples.workflow: system {system.name} expects {system.workflow!r}, "
+            f"found {samples['workflow'][bad_workflow].iloc[0]!r}"
         )
     keep_judge = system.training.judge is not None
-    out = samples.drop(columns=[c for c in REWARD_COLUMNS if c in samples.columns and not (keep_judge and c == "judge_score")])
+    out = samples.drop(columns=[c for c in REWARD_COLUMNS
+                                if c in samples.columns and not (keep_judge and c == "judge_score")])
     if not keep_judge:
         out["judge_score"] = np.nan
     out["b_s"] = np.nan

@@ -327,8 +327,8 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
             write_audit(inputs.audit_dir, step, batch.samples, batch.tokens, policy.decode)
         update = ppo_update(model, optimizer, policy, batch, cfg, _seed(cfg.seed, step, 2))
         seconds = time.perf_counter() - began
-        metrics = {**batch_metrics(batch, trained_system(cfg.system)), **update, "tokens_per_second": batch.generated_tokens / seconds,
-                   "step_seconds": seconds}
+        metrics = {**batch_metrics(batch, trained_system(cfg.system)), **update,
+                   "tokens_per_second": batch.generated_tokens / seconds, "step_seconds": seconds}
         log(step, metrics)
         bar.set_postfix(pg_loss=f"{update['pg_loss']:.3g}", sec=f"{seconds:.1f}")
         done = step + 1

@@ -81,7 +81,8 @@ def _with_packages(module: str) -> list[str]:
 def _beside(path: Path) -> set[Path]:
     """Data files a module names by their bare file name and that lie beside it."""
     text = (ROOT / path).read_text()
-    names = set(re.findall(r"[\"']([\w.-]+(?:%s))[\"']" % "|".join(re.escape(s) for s in DATA_SUFFIXES), text))
+    suffixes = "|".join(re.escape(s) for s in DATA_SUFFIXES)
+    names = set(re.findall(rf"[\"']([\w.-]+(?:{suffixes}))[\"']", text))
     return {path.parent / n for n in names if (ROOT / path.parent / n).is_file()}
 
 

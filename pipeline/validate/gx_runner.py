@@ -104,7 +104,9 @@ def _strip_clock_and_random_ids(site_dir: Path) -> None:
         text = page.read_text(encoding="utf-8")
         block_numbers: dict[str, int] = {}
         stripped = _CLOCK_TIME.sub(fixed_time, text)
-        stripped = _BLOCK_ID.sub(lambda m: f"{m[1]}{block_numbers.setdefault(m[2], len(block_numbers))}", stripped)
+        stripped = _BLOCK_ID.sub(
+            lambda m, block_numbers=block_numbers: f"{m[1]}{block_numbers.setdefault(m[2], len(block_numbers))}",
+            stripped)
         if stripped != text:
             page.write_text(stripped, encoding="utf-8")
 

@@ -56,7 +56,8 @@ def read_entry(verl_config: Any) -> dict[str, Any]:
     agent = verl_config.actor_rollout_ref.rollout.agent
     path, name = agent.agent_loop_config_path, agent.default_agent_loop
     if not path:
-        raise InputError("actor_rollout_ref.rollout.agent.agent_loop_config_path: not set (see pipeline.verl_agent.launch)")
+        raise InputError("actor_rollout_ref.rollout.agent.agent_loop_config_path: not set "
+                         "(see pipeline.verl_agent.launch)")
     try:
         entries = yaml.safe_load(Path(path).read_text()) or []
     except (OSError, yaml.YAMLError) as e:

@@ -142,5 +142,6 @@ class TeamAgentLoop(AgentLoopBase):
             samples, tokens, self.cfg.system, self.cfg.rewards.opd_beta,
             prompt_length=self.rollout_config.prompt_length, response_length=self.rollout_config.response_length,
             metrics={"generate_sequences": time.perf_counter() - began},
-            extra={"min_global_steps": min(steps) if steps else None, "max_global_steps": max(steps) if steps else None},
+            extra={"min_global_steps": min(steps) if steps else None,
+                   "max_global_steps": max(steps) if steps else None},
         )

@@ -70,8 +70,10 @@ def _plain(value: Any) -> Any:
 def sample_rows(samples: pd.DataFrame, tokens: pd.DataFrame, mode: str, opd_beta: float) -> list[Row]:
     """One Row per sample (table order); tokens in `pos` order."""
     require_columns(samples, ["sample_id", "prompt_ids", "reward"], "samples")
-    require_columns(tokens, ["sample_id", "pos", "token_id", "source", "loss_mask", "old_logp", "teacher_logp"], "tokens")
-    by_sample = {sid: t for sid, t in tokens.sort_values(["sample_id", "pos"], kind="stable").groupby("sample_id", sort=False)}
+    require_columns(tokens, ["sample_id", "pos", "token_id", "source", "loss_mask", "old_logp", "teacher_logp"],
+                    "tokens")
+    by_sample = {sid: t for sid, t in
+                 tokens.sort_values(["sample_id", "pos"], kind="stable").groupby("sample_id", sort=False)}
     rows = []
     empty = tokens.iloc[:0]
     for record in samples.to_dict("records"):
@@ -93,12 +95,15 @@ def fit_lengths(row: Row, prompt_length: int | None, response_length: int | None
     own agent loops do, with a warning (the tables keep the full sample)."""
     sid = row.extra[SAMPLE_KEY]["sample_id"]
     if prompt_length is not None and len(row.prompt_ids) > prompt_length:
-        logger.warning("%s: prompt of %d tokens cut to rollout.prompt_length=%d", sid, len(row.prompt_ids), prompt_length)
+        logger.warning("%s: prompt of %d tokens cut to rollout.prompt_length=%d", sid, len(row.prompt_ids),
+                       prompt_length)
         row.prompt_ids = row.prompt_ids[-prompt_length:]
     if response_length is not None and len(row.response_ids) > response_length:
-        logger.warning("%s: response of %d tokens cut to rollout.response_length=%d", sid, len(row.response_ids), response_length)
+        logger.warning("%s: response of %d tokens cut to rollout.response_length=%d", sid, len(row.response_ids),
+                       response_length)
         cut = slice(0, response_length)
-        row.response_ids, row.response_mask, row.logprobs = row.response_ids[cut], row.response_mask[cut], row.logprobs[cut]
+        row.response_ids, row.response_mask, row.logprobs = (row.response_ids[cut], row.response_mask[cut],
+                                                             row.logprobs[cut])
         row.extra[SOURCE_KEY], row.extra[TEACHER_KEY] = row.extra[SOURCE_KEY][cut], row.extra[TEACHER_KEY][cut]
     return row
 
@@ -133,7 +138,8 @@ def to_agent_loop_outputs(
             reward_score=0.0 if reward is None or math.isnan(reward) else float(reward),
             num_turns=int(sample.get("n_turns", 1)) + 1,
             metrics=AgentLoopMetrics(**(metrics or {})),
-            extra_fields={**row.extra, "turn_scores": [], "tool_rewards": [], "reward_extra_info": info, **(extra or {})},
+            extra_fields={**row.extra, "turn_scores": [], "tool_rewards": [], "reward_extra_info": info,
+                          **(extra or {})},
         ))
     return outputs
 
