@@ -4,18 +4,19 @@ nested thousands deep, placed anywhere in the body) each get their documented 4x
 server answers /health after every one of them.
 
 Requests are raw bytes on a fresh socket ("Connection: close"), so that bodies that are not
-JSON, not UTF-8, stalled or cut short reach the server exactly as drawn."""
+JSON, not UTF-8, stalled or cut short reach the server exactly as drawn. The fixed catalogue
+benchmarks/bench_retrieval_reliability.py sends is checked here too."""
 
 from __future__ import annotations
 
 import json
-import socket
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.malformed_requests import cases, request, send
 from pipeline.retrieval.base import Passage
 from pipeline.retrieval.limits import ConnectionLimits, ServerLimits
 from pipeline.retrieval.server import create_app
@@ -37,30 +38,6 @@ class Echo:
 def server():
     with live_server(create_app(Echo(), LIMITS, connections=CONNECTIONS)) as (url, port):
         yield url, port
-
-
-def request(body: bytes, method: str = "POST", path: str = "/retrieve", length: str | None = None,
-            extra: bytes = b"") -> bytes:
-    length = str(len(body)) if length is None else length
-    return (f"{method} {path} HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {length}\r\n").encode() + extra + b"\r\n" + body
-
-
-def send(port: int, raw: bytes) -> tuple[int, bytes]:
-    """Send `raw`, read until the server closes the connection: (status, whole answer)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        try:
-            sock.sendall(raw)
-        except OSError:  # refused early (413 on Content-Length) and closed while the body was still going
-            pass
-        reply = b""
-        try:
-            while chunk := sock.recv(65536):
-                reply += chunk
-        except ConnectionResetError:
-            pass
-    assert reply.startswith(b"HTTP/1.1 "), f"no HTTP answer: {reply[:100]!r}"
-    return int(reply.split(b" ", 2)[1]), reply
 
 
 # ---- fragments placed anywhere in a body -----------------------------------------------------
@@ -176,7 +153,15 @@ KINDS = {  # name: (strategy of raw requests, the documented status)
 def test_every_malformed_request_gets_its_4xx_and_the_server_stays_up(server, kind, data):
     url, port = server
     strategy, expected = KINDS[kind]
-    status, reply = send(port, data.draw(strategy, label="request"))
+    status, reply = send(port, data.draw(strategy, label="request"), timeout=10)
     assert status == expected, f"{kind}: HTTP {status}, expected {expected}: {reply[:300]!r}"
     assert 400 <= status < 500
     assert httpx.get(f"{url}/health", timeout=5).status_code == 200, "the server did not answer /health"
+
+
+@pytest.mark.parametrize("case", cases(LIMITS), ids=lambda case: case.kind)
+def test_the_reliability_benchmarks_requests_get_their_status(server, case):
+    url, port = server
+    status, reply = send(port, case.raw, timeout=10)
+    assert status == case.expected, f"{case.kind}: HTTP {status}, expected {case.expected}: {reply[:300]!r}"
+    assert httpx.get(f"{url}/health", timeout=5).status_code == 200
