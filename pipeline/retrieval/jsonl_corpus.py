@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import mmap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 
 import numpy as np
 
