@@ -177,8 +177,8 @@ def profile_training_step(params, root: Path, system_name: str, bound: float) ->
     trainer.ppo_update(policy.model, optimizer, policy, batch, cfg, 0)
     total = time.perf_counter() - began
     with phases.time("dev evaluation (step 0; not in the total)"):
-        contexts = trainer.reference_contexts(cfg, inputs)
-        trainer.dev_evaluate(cfg, inputs, contexts)
+        contexts = trainer.reference_contexts(cfg.dev, inputs)
+        trainer.dev_evaluate(cfg.dev, target.workflow, inputs, contexts)
     for u in undo:
         u()
     report(f"one training step of {target.name} ({len(batch.samples)} samples, "

@@ -226,7 +226,7 @@ def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypat
     import mlflow
 
     from pipeline.config import load_params
-    from pipeline.stages import STAGES
+    from pipeline.stages import STAGES, stage2_start
     from pipeline.stages import train as train_stage
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
@@ -236,23 +236,28 @@ def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypat
         return ScriptedHFBackend(loaded.model, loaded.tokenizer)
 
     monkeypatch.setattr(train_stage, "open_policy", scripted)
+    monkeypatch.setattr(stage2_start, "open_retriever", lambda root: FakeRetriever())
+    monkeypatch.setattr(stage2_start, "open_policy", scripted)
     save_hf_folder(tiny_model(tokenizer, 0), tokenizer, tmp_path / "data" / "models" / "base")
     save_hf_folder(tiny_model(tokenizer, 1), tokenizer, tmp_path / "data" / "models" / "c_mas_rl")
     (tmp_path / "data" / "splits").mkdir(parents=True)
     questions(6).to_parquet(tmp_path / "data" / "splits" / "train.parquet")
     questions(3, "d").to_parquet(tmp_path / "data" / "splits" / "dev.parquet")
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "ci")
+    start = STAGES["stage2_start"](params, tmp_path)
     summary = STAGES["train"](params, tmp_path, "multiagent_opd")
     out = tmp_path / "data" / "models" / "multiagent_opd"
     assert (out / "config.json").is_file() and summary["steps"] == params.train.systems.multiagent_opd.steps
     trained = HFBackend(out).model.state_dict()
     base = HFBackend(tmp_path / "data" / "models" / "base").model.state_dict()
     assert any(not torch.equal(trained[k], base[k]) for k in base)
-    runs = mlflow.search_runs(experiment_names=["multiagent-opd-ci"])
+    runs = mlflow.search_runs(experiment_names=["multiagent-opd-ci"], filter_string="tags.stage != 'stage2_start'")
     assert (list(runs["tags.mlflow.runName"]) == ["train@multiagent_opd"]
             and list(runs["tags.system"]) == ["multiagent_opd"])
     assert "metrics.pg_loss" in runs.columns and "metrics.dev_em" in runs.columns
     assert (tmp_path / "data" / "audit" / "multiagent_opd" / "step-0000" / "tokens.parquet").is_file()
+    step0 = mlflow.MlflowClient().get_metric_history(runs["run_id"][0], "dev_em")
+    assert [m.value for m in step0 if m.step == 0] == [start["dev_em"]]  # step 0 comes from stage2_start
 
 
 @pytest.mark.skipif(not os.environ.get("MAOPD_TIMING"), reason="timing probe: set MAOPD_TIMING=1")
@@ -363,7 +368,7 @@ def test_dev_evaluation_samples_with_one_seed_for_every_system(monkeypatch):
         {"strict_correct": [1.0, 0.0], "search_actions": [1, 0], "format_failure": [0.0, 0.0]}))
     inputs = TrainInputs(policy=None, retriever=None, train_questions=questions(2), dev_questions=questions(2, "d"))
     for system_seed in (7, 108, 613):
-        out = trainer.dev_evaluate(tiny_config("multiagent_opd", seed=system_seed), inputs)
+        out = trainer.dev_evaluate(tiny_config("multiagent_opd", seed=system_seed).dev, "hierarchy", inputs)
         assert out["dev_em"] == 0.5 and out["dev_no_search_share"] == 0.5
     assert seeds == [11, 11, 11]
 

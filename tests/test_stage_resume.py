@@ -126,6 +126,7 @@ def _scripted_team_root(root: Path, tokenizer) -> Path:
 
 
 def _run_team(root: Path, monkeypatch, die_after_checkpoint: int | None = None) -> dict:
+    from pipeline.stages import stage2_start
     from pipeline.stages import train as train_stages
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
@@ -145,7 +146,11 @@ def _run_team(root: Path, monkeypatch, die_after_checkpoint: int | None = None) 
     real_train = train_stages.train
     monkeypatch.setattr(train_stages, "open_policy", scripted)
     monkeypatch.setattr(train_stages, "train", train)
+    monkeypatch.setattr(stage2_start, "open_retriever", lambda root: FakeRetriever())
+    monkeypatch.setattr(stage2_start, "open_policy", scripted)
     params = load_params(REPO_ROOT / "params.yaml", "ci")
+    if not (root / "data" / "stage2_start").is_dir():
+        STAGES["stage2_start"](params, root)
     return STAGES["train"](params, root, "multiagent_opd")
 
 

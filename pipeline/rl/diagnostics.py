@@ -66,6 +66,17 @@ class Contexts:
     def __len__(self) -> int:
         return len(self.prompts)
 
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"prompt_ids": self.prompts, "response_ids": self.responses,
+                             "generated": self.generated})
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> Contexts:
+        def lists(column: str) -> list[list[int]]:
+            return [[int(t) for t in row] for row in frame[column]]
+
+        return cls(lists("prompt_ids"), lists("response_ids"), lists("generated"))
+
 
 def searcher_contexts(rollout: Rollout) -> Contexts:
     """Every Searcher call of a rollout that generated at least one token."""

@@ -20,6 +20,23 @@ KEEP_CHECKPOINTS = 2  # newest checkpoints kept on disk (resume state, not a res
 
 
 @dataclass(frozen=True)
+class DevSettings:
+    """How a training run measures itself on dev: the same for every training stage."""
+
+    dev_questions: int  # a fixed seeded draw over both training datasets
+    dev_rollout: WorkflowConfig  # the test evaluation's sampling (<profile>.eval.rollout), 1 candidate
+    reference_seed: int  # the sampling seed of every dev evaluation and of the KL contexts (<profile>.eval.seed)
+
+
+def dev_settings(params: Params) -> DevSettings:
+    return DevSettings(
+        dev_questions=params.train.shared.dev_questions,
+        dev_rollout=workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates),
+        reference_seed=params.eval.seed,
+    )
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     system: str  # the trained system's name (pipeline.systems)
     steps: int
@@ -40,6 +57,10 @@ class TrainConfig:
     rewards: RewardParams  # common.rewards
     reference_seed: int  # the fixed dev Searcher contexts of the KL diagnostic (<profile>.eval.seed)
 
+    @property
+    def dev(self) -> DevSettings:
+        return DevSettings(self.dev_questions, self.dev_rollout, self.reference_seed)
+
     def fingerprint(self) -> str:
         """Hash of every number that shapes the run except `steps` (a longer run may resume)."""
         data = asdict(self)
@@ -54,6 +75,7 @@ def train_config(params: Params, name: str) -> TrainConfig:
     shared = params.train.shared
     own = getattr(params.train.systems, system.name)
     common = params.common
+    dev = dev_settings(params)
     return TrainConfig(
         system=system.name,
         steps=own.steps,
@@ -64,13 +86,13 @@ def train_config(params: Params, name: str) -> TrainConfig:
         lr=shared.lr,
         entropy_coef=shared.entropy_coef,
         eval_every=shared.eval_every,
-        dev_questions=shared.dev_questions,
+        dev_questions=dev.dev_questions,
         checkpoint_every=shared.checkpoint_every,
         audit_every=shared.audit_every,
         judge_max_new_tokens=shared.judge_max_new_tokens,
         rollout=workflow_config(params, shared.rollout, common.protocol.train_candidates),
-        dev_rollout=workflow_config(params, params.eval.rollout, common.protocol.eval_candidates),
+        dev_rollout=dev.dev_rollout,
         optim=common.optim,
         rewards=common.rewards,
-        reference_seed=params.eval.seed,
+        reference_seed=dev.reference_seed,
     )

@@ -68,7 +68,7 @@ from pipeline.rl.diagnostics import Contexts, advantage_diagnostics, searcher_co
 from pipeline.rl.group_filter import filter_batch
 from pipeline.rl.loss import length_buckets, minibatches, policy_loss
 from pipeline.rl.teacher_scoring import sample_token_ids
-from pipeline.rl.train_params import KEEP_CHECKPOINTS, TrainConfig
+from pipeline.rl.train_params import KEEP_CHECKPOINTS, DevSettings, TrainConfig
 from pipeline.systems import System, trained_system
 
 # Padded tokens per forward/backward pass in the PPO update. Only memory and speed depend on it:
@@ -94,6 +94,8 @@ class TrainInputs:
     # The Stage-I Teacher, for the dev KL diagnostic of Stage-II runs (the same for every
     # Stage-II system, whichever Teacher it trains with); None: no KL diagnostic
     reference: HFBackend | None = None
+    # the shared Stage-II start (stage2_start), instead of computing the contexts and step 0's dev metrics
+    start: SharedStart | None = None
     # checkpoint.inputs_fingerprint of the weights and questions, so a checkpoint made from
     # other inputs is not resumed
     inputs_fingerprint: str = ""
@@ -249,18 +251,17 @@ def batch_metrics(batch: Batch, system: System) -> dict[str, float]:
     return out
 
 
-def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | None = None) -> dict[str, float]:
+def dev_evaluate(dev: DevSettings, workflow: str, inputs: TrainInputs,
+                 contexts: Contexts | None = None) -> dict[str, float]:
     """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow;
     one trajectory and one Answerer candidate per question, the same sampling seed at every
     evaluation of every system (`reference_seed`), so systems that start from the same weights
     start from the same dev EM.
     With fixed Searcher `contexts` and a reference Teacher: dev_searcher_kl, the token-mean
     KL(policy || reference) on them."""
-    questions = dev_sample(inputs.dev_questions, cfg.dev_questions, cfg.reference_seed)
-    rollout = run_workflow(
-        trained_system(cfg.system).workflow, questions, inputs.policy, inputs.retriever, cfg.dev_rollout,
-        n_traj=1, seed=cfg.reference_seed,
-    )
+    questions = dev_sample(inputs.dev_questions, dev.dev_questions, dev.reference_seed)
+    rollout = run_workflow(workflow, questions, inputs.policy, inputs.retriever, dev.dev_rollout,
+                           n_traj=1, seed=dev.reference_seed)
     records = score_rollout(rollout)
     return {
         "dev_em": float(records["strict_correct"].mean()),
@@ -273,15 +274,33 @@ def dev_evaluate(cfg: TrainConfig, inputs: TrainInputs, contexts: Contexts | Non
     })
 
 
-def reference_contexts(cfg: TrainConfig, inputs: TrainInputs) -> Contexts | None:
+def reference_contexts(dev: DevSettings, inputs: TrainInputs) -> Contexts | None:
     """The fixed Searcher contexts of the dev KL diagnostic: the reference Teacher's own Searcher
     calls in the hierarchy on the dev questions, at dev sampling with `reference_seed`."""
     if inputs.reference is None:
         return None
-    rollout = run_workflow("hierarchy", dev_sample(inputs.dev_questions, cfg.dev_questions, cfg.reference_seed),
-                           inputs.reference,
-                           inputs.retriever, cfg.dev_rollout, n_traj=1, seed=cfg.reference_seed)
+    rollout = run_workflow("hierarchy", dev_sample(inputs.dev_questions, dev.dev_questions, dev.reference_seed),
+                           inputs.reference, inputs.retriever, dev.dev_rollout, n_traj=1, seed=dev.reference_seed)
     return searcher_contexts(rollout)
+
+
+@dataclass(frozen=True)
+class SharedStart:
+    """What every Stage-II run starts from: the reference Teacher's dev Searcher contexts and the
+    base model's dev metrics before any update (step 0). The five Stage-II systems share their
+    weights, dev questions and seeds at step 0, so this is computed once (the `stage2_start`
+    stage) and read by each of them."""
+
+    contexts: Contexts
+    metrics: dict[str, float]
+
+
+def shared_start(dev: DevSettings, inputs: TrainInputs) -> SharedStart:
+    """The SharedStart of `inputs.policy` (the base model) against `inputs.reference` (the Teacher)."""
+    contexts = reference_contexts(dev, inputs)
+    if contexts is None:
+        raise InputError("reference: the shared Stage-II start needs the Stage-I Teacher as reference")
+    return SharedStart(contexts, dev_evaluate(dev, "hierarchy", inputs, contexts))
 
 
 def checkpoint_fingerprint(cfg: TrainConfig, inputs_fingerprint: str) -> str:
@@ -316,9 +335,14 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
         if log_fn is not None:
             log_fn(step, metrics)
 
-    contexts = reference_contexts(cfg, inputs)
+    workflow = trained_system(cfg.system).workflow
+    if inputs.start is not None:
+        contexts = inputs.start.contexts
+    else:
+        contexts = reference_contexts(cfg.dev, inputs)
     if start == 0:
-        log(0, dev_evaluate(cfg, inputs, contexts))
+        log(0, dict(inputs.start.metrics) if inputs.start is not None else
+            dev_evaluate(cfg.dev, workflow, inputs, contexts))
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.system}", initial=start, total=cfg.steps, leave=False)
     for step in bar:
         began = time.perf_counter()
@@ -333,7 +357,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
         bar.set_postfix(pg_loss=f"{update['pg_loss']:.3g}", sec=f"{seconds:.1f}")
         done = step + 1
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            log(done, dev_evaluate(cfg, inputs, contexts))
+            log(done, dev_evaluate(cfg.dev, workflow, inputs, contexts))
         if inputs.checkpoint_dir is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(inputs.checkpoint_dir, done, model, policy.tokenizer, optimizer, fingerprint,
                             keep=KEEP_CHECKPOINTS, history=result.history, meta=inputs.checkpoint_meta)

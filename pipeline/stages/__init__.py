@@ -17,6 +17,7 @@ STAGE_MODULES: dict[str, str] = {
     "index": "index",
     "base_model": "base_model",
     "validate_masks": "validate_masks",
+    "stage2_start": "stage2_start",
     "train": "train",
     "evaluate": "evaluate",
     "report": "report",

@@ -177,18 +177,25 @@ STAGES: tuple[Stage, ...] = (
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates", f"{P}.validate_masks",
                   f"{P}.eval.rollout"),
           outs=("data/audit/base", {f"reports/{P}/data_docs/masks": {"persist": False}})),
-    Stage("train", "Stage I (c_mas_rl, the Teacher) and Stage II (the others) from the base model. The second model "
-          "dep is the Stage-I Teacher, which every Stage-II system reads (as its Teacher or for the dev KL "
-          "diagnostic); c_mas_rl itself lists the base model twice. "
+    Stage("stage2_start", "What the five Stage-II runs share at step 0, computed once: the Teacher's dev Searcher "
+          "contexts of the dev KL and the base model's step-0 dev metrics.",
+          data=("data/splits/dev.parquet", "data/index", f"data/models/{BASE_WEIGHTS}", f"data/models/{TEACHER}"),
+          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", f"{P}.train.shared.dev_questions",
+                  f"{P}.eval.rollout", f"{P}.eval.seed"),
+          outs=("data/stage2_start",)),
+    Stage("train", "Stage I (c_mas_rl, the Teacher) and Stage II (the others) from the base model. The last two "
+          "deps are the Stage-I Teacher, which every Stage-II system reads (as its Teacher or for the dev KL "
+          "diagnostic), and the shared Stage-II start; c_mas_rl itself lists two of its inputs twice instead. "
           "Checkpoints (data/checkpoints/) and audits (data/audit/) are not outputs: a killed stage resumes "
           "from them.",
           data=("data/audit/base", "data/splits/train.parquet", "data/splits/dev.parquet", "data/index",
-                f"data/models/{BASE_WEIGHTS}", "data/models/${item.teacher}"),
+                f"data/models/{BASE_WEIGHTS}", "data/models/${item.teacher}", "${item.start}"),
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates",
                   "common.protocol.eval_candidates", "common.rewards", "common.optim", f"{P}.train.shared",
                   f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.train.systems.${{key}}"),
           outs=("data/models/${key}",),
-          foreach={s.name: {"teacher": TEACHER if s.workflow == "hierarchy" else BASE_WEIGHTS} for s in TRAINED},
+          foreach={s.name: ({"teacher": TEACHER, "start": "data/stage2_start"} if s.workflow == "hierarchy" else
+                            {"teacher": BASE_WEIGHTS, "start": "data/audit/base"}) for s in TRAINED},
           arg="${key}"),
     Stage("evaluate", "Each test question 4 times, 1 Answerer candidate; finished shards under "
           "data/eval/<system>/shards/ are resume state, not an output.",

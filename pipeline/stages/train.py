@@ -2,7 +2,8 @@
 MultiAgent-OPD, the three ablations and the Prompted Critic) with pipeline.rl.trainer; one MLflow run.
 
 It reads data/splits/{train,dev}.parquet, data/index, data/models/base (the student's start,
-always) and the Teacher and judge the system's training names, and writes data/models/<system>
+always), the Teacher and judge the system's training names, and for a Stage-II system the shared
+start of data/stage2_start/ (its step-0 dev metrics and dev KL contexts), and writes data/models/<system>
 (atomically), with audit tables in data/audit/<system>/ and resumable checkpoints in
 data/checkpoints/<system>/. Its numbers are pipeline.rl.train_params.train_config's.
 """
@@ -21,6 +22,7 @@ from pipeline.rl.train_params import train_config
 from pipeline.rl.trainer import TrainInputs, checkpoint_fingerprint, train
 from pipeline.stages.inputs import open_policy, open_retriever, read_split, require_model
 from pipeline.stages.run_logging import log_training
+from pipeline.stages.stage2_start import read_stage2_start
 from pipeline.systems import BASE_WEIGHTS, TEACHER, trained_system
 from pipeline.tracking import CurveLogger, stage_run
 
@@ -69,6 +71,7 @@ def run_train(params: Params, root: Path, name: str | None) -> dict:
             teacher=teacher,
             judge=open_policy(model_dir(root, training.judge)) if training.judge else None,
             reference=reference,
+            start=read_stage2_start(root, cfg.dev, dev_questions["id"].tolist()) if reference is not None else None,
             checkpoint_dir=checkpoints,
             audit_dir=audit_dir(root, target.name),
             inputs_fingerprint=fingerprint,
