@@ -171,8 +171,8 @@ def test_report_run_holds_the_page_with_its_figures(tmp_path, store):
 
 def _readme_recipe() -> tuple[list[str], list[str]]:
     """The search filters and the evaluation metric names of the README's MLflow section."""
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text[text.index("## Tracking with MLflow"):text.index("## The paper profile on GPUs")]
+    text = (REPO_ROOT / "docs" / "usage.md").read_text()
+    section = text[text.index("## MLflow: runs, comparisons"):text.index('<a id="browser-check">')]
     filters = re.findall(r"[Ss]earch runs with `([^`]+)`", section)
     metrics = re.findall(r"`(\w+_at_4)`", section)
     return filters, metrics
@@ -204,10 +204,16 @@ def test_the_readme_comparison_recipe_runs_through_mlflows_search(tmp_path, stor
 
 
 def test_printed_experiment_links_open_the_runs_table_in_the_training_view(tmp_path, store, monkeypatch):
+    from flask import Flask
+
+    from pipeline.mlflow_app import register
     from pipeline.mlflow_ui import experiment_links
 
     monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000/")
     ensure_experiment("tiny", f"sqlite:///{tmp_path}/mlflow.db", (tmp_path / "a").as_uri())
     experiment = store.get_experiment_by_name(experiment_name("tiny")).experiment_id
-    assert experiment_links(f"sqlite:///{tmp_path}/mlflow.db") == [
-        f"multiagent-opd-tiny: http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"]
+    (line,) = experiment_links(f"sqlite:///{tmp_path}/mlflow.db")
+    assert line == "multiagent-opd-tiny: http://127.0.0.1:5000/maopd/experiments/multiagent-opd-tiny"
+    answer = register(Flask("t"), f"sqlite:///{tmp_path}/mlflow.db").test_client().get(
+        line.split("http://127.0.0.1:5000")[1])  # what `make mlflow-ui`'s server does with it
+    assert answer.headers["Location"] == f"/#/experiments/{experiment}/runs?workflowType=machine_learning"
