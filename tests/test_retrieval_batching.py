@@ -13,13 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from pipeline.retrieval.base import Passage
 from pipeline.retrieval.batcher import MicroBatcher, QueueFull
 from pipeline.retrieval.limits import ServerLimits
 from pipeline.retrieval.server import create_app, is_loopback, warn_if_exposed
+
+from .live_server import live_server
 
 
 class GatedRetriever:
@@ -117,6 +118,27 @@ def test_a_failing_batch_fails_its_requests_and_the_worker_lives_on():
     batcher.close()
 
 
+def test_a_failing_batch_is_searched_again_job_by_job_so_only_the_failing_request_errs():
+    retriever = GatedRetriever()
+    retriever.fail_on = "boom"
+    batcher = MicroBatcher(retriever, batch_queries=64)
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(batcher.search_blocking, ["first"], 1, 10)
+        assert retriever.entered.wait(5)
+        jobs = {q: pool.submit(batcher.search_blocking, [q], 1, 10) for q in ("fine", "boom", "also fine")}
+        deadline = time.time() + 5
+        while batcher.waiting < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        retriever.gate.set()
+        assert first.result()[0][0].id == "first-0"
+        assert jobs["fine"].result()[0][0].id == "fine-0" and jobs["also fine"].result()[0][0].id == "also fine-0"
+        with pytest.raises(RuntimeError, match="exploded"):
+            jobs["boom"].result()
+    assert sorted(map(tuple, (q for q, _ in retriever.calls[1:]))) == \
+        [("also fine",), ("boom",), ("fine",), ("fine", "boom", "also fine")]  # together, then each alone
+    batcher.close()
+
+
 def test_a_full_queue_is_refused():
     retriever = GatedRetriever()
     batcher = MicroBatcher(retriever, max_jobs=2)
@@ -139,21 +161,9 @@ LIMITS = ServerLimits(max_batch=4096, max_k=5, max_body_bytes=4096, body_timeout
 def served():
     """A real uvicorn server on a gated retriever; yields (url, retriever)."""
     retriever = GatedRetriever()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(retriever, LIMITS), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 10
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    yield f"http://127.0.0.1:{port}", retriever, port
-    retriever.gate.set()
-    server.should_exit = True
-    thread.join(timeout=5)
+    with live_server(create_app(retriever, LIMITS)) as (url, port):
+        yield url, retriever, port
+        retriever.gate.set()
 
 
 def test_health_answers_while_the_encoder_is_busy(served):

@@ -19,12 +19,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeline.config import load_params
-from pipeline.errors import InputError
+from pipeline.errors import DataFault, InputError
 from pipeline.retrieval.encoders import HFE5Encoder
 from pipeline.retrieval.index import open_prebuilt, read_flashrag_corpus
-from pipeline.retrieval.jsonl_corpus import JsonlCorpus, line_starts
+from pipeline.retrieval.jsonl_corpus import JsonlCorpus, line_starts, scan_lines
 from pipeline.retrieval.retriever import DenseRetriever
 
 from .conftest import REPO_ROOT
@@ -59,16 +61,66 @@ def test_line_starts_skip_blank_lines_and_handle_a_missing_final_newline(tmp_pat
 def test_a_bad_line_is_named(tmp_path):
     path = tmp_path / "bad.jsonl"
     good = json.dumps({"id": "0", "contents": '"T"\nbody'})
-    path.write_text("\n".join([good, good, "{broken", good, good, good, good]) + "\n")
-    corpus = JsonlCorpus(path)  # opening checks a few lines only
-    with pytest.raises(InputError, match=r"bad\.jsonl:3: invalid JSON"):
+    path.write_text("\n".join([good, "", good, "{broken}", good, good, good, good]) + "\n")
+    corpus = JsonlCorpus(path)  # opening parses a few lines only
+    with pytest.raises(DataFault, match=r"bad\.jsonl:4: invalid JSON"):  # line 4: the blank line counts
         corpus.row(2)
+    path.write_text("\n".join([good, good, good, good[:-9], good, good, good]) + "\n")
+    with pytest.raises(InputError, match=r"bad\.jsonl:4: expected one JSON object a line .*cut short"):
+        JsonlCorpus(path)  # a line cut short is found when the file opens: it does not end with "}"
     path.write_text(json.dumps({"id": "0", "text": "no contents"}) + "\n")
     with pytest.raises(InputError, match=r"bad\.jsonl:1: expected an object with 'id' and 'contents'"):
         JsonlCorpus(path)
     path.write_text("\n\n")
     with pytest.raises(InputError, match="no passages"):
         JsonlCorpus(path)
+
+
+def _reference_scan(data: bytes) -> list[list[int]]:
+    """scan_lines by hand: non-blank line starts, blank line starts, rows not braced { ... }."""
+    starts, blank, unbraced, pos = [], [], [], 0
+    for line in data.split(b"\n"):
+        if pos >= len(data):
+            break
+        if line and (len(line) > 2 or line.strip()):  # as line_starts: longer whitespace is a row
+            starts.append(pos)
+            if not (line[:1] == b"{" and line.removesuffix(b"\r")[-1:] == b"}"):
+                unbraced.append(len(starts) - 1)
+        else:
+            blank.append(pos)
+        pos += len(line) + 1
+    return [starts, blank, unbraced]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.sampled_from([b"{", b"}", b"\n", b"\r", b" ", b"a", b'"', b"{}", b"}\r\n"]), max_size=30),
+       scan_bytes=st.sampled_from([1, 2, 3, 5, 64]))
+def test_one_pass_finds_each_lines_start_and_shape_across_read_boundaries(tmp_path, pieces, scan_bytes):
+    data = b"".join(pieces)
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(data)
+    scan = scan_lines(path, scan_bytes=scan_bytes)
+    assert [scan.starts.tolist(), scan.blank.tolist(), scan.unbraced.tolist()] == _reference_scan(data)
+
+
+def test_prebuilt_indexes_other_than_flat_inner_product_are_refused_by_name(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": f'"T{i}"\nx'}) + "\n" for i in range(40)))
+    vectors = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
+    hnsw = faiss.IndexHNSWFlat(8, 4, faiss.METRIC_INNER_PRODUCT)
+    hnsw.add(vectors)
+    faiss.write_index(hnsw, str(tmp_path / "hnsw.index"))
+    with pytest.raises(InputError, match=r"hnsw\.index: an IndexHNSWFlat; a prebuilt index is served only when flat"):
+        open_prebuilt(tmp_path / "hnsw.index", corpus)
+    flat = faiss.IndexFlatIP(8)
+    flat.add(vectors)
+    faiss.write_index(flat, str(tmp_path / "flat.index"))
+    assert open_prebuilt(tmp_path / "flat.index", corpus).index.ntotal == 40
+    whole = (tmp_path / "flat.index").read_bytes()
+    for cut in (3, 20, 44, 45, len(whole) - 1):  # memory-mapped, faiss itself would crash on these
+        (tmp_path / "cut.index").write_bytes(whole[:cut])
+        with pytest.raises(InputError, match=r"cut\.index: not a readable faiss index"):
+            open_prebuilt(tmp_path / "cut.index", corpus)
 
 
 # ---- the real e5-base-v2 sample ----------------------------------------------------------------

@@ -1,26 +1,28 @@
-"""Search-R1 /retrieve API (good and bad requests) and the HTTP client against it."""
+"""Search-R1 /retrieve API (good and bad requests, faults of the server's own files) and the
+HTTP client against it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import socket
-import threading
-import time
+import logging
 
+import faiss
 import numpy as np
 import pandas as pd
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.retrieval.base import Passage, Retriever
 from pipeline.retrieval.client import HttpRetriever, RetrievalError, parse_hit
+from pipeline.retrieval.contents import join_contents
 from pipeline.retrieval.index import build_index
 from pipeline.retrieval.retriever import DenseRetriever
 from pipeline.retrieval.server import create_app
+
+from .live_server import live_server
 
 MAX_BATCH, MAX_K = 4, 5
 
@@ -113,6 +115,32 @@ def test_malformed_json_is_422(client, raw):
     assert resp.json()["error"].startswith("invalid request")
 
 
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("raw, needle", [
+    (b'{"queries": ["alpha"], "topk": ' + b"9" * 5000 + b"}", "a number of 5000 digits exceeds max_number_digits=100"),
+    (b'{"queries": ["alpha"], "seen_at": ' + b"1" * 5000 + b"}", "max_number_digits=100"),
+    (b'{"queries": ' + b"[" * DEEP + b"]" * DEEP + b"}", "nested more than 32 levels deep (max_json_depth=32)"),
+    (b'{"queries": ["alpha"], "extra": ' + b"[" * DEEP + b"]" * DEEP + b"}", "max_json_depth=32"),
+    (b'{"queries": ["alpha"], "extra": ' + b'{"a": ' * DEEP + b"1" + b"}" * DEEP + b"}", "max_json_depth=32"),
+])
+def test_the_probes_huge_numbers_and_deep_nesting_are_422(client, raw, needle):
+    resp = client.post("/retrieve", content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code == 422, resp.text[:300]
+    assert needle in resp.json()["error"]
+    assert client.get("/health").status_code == 200
+
+
+def test_json_bounds_are_in_health_and_hold_at_their_edge(client):
+    health = client.get("/health").json()
+    assert health["max_json_depth"] == 32 and health["max_number_digits"] == 100
+    edge = {"queries": ["alpha"], "extra": json.loads("[" * 31 + "]" * 31), "big": int("9" * 100)}
+    assert client.post("/retrieve", json=edge).status_code == 200
+    resp = client.post("/retrieve", json={"queries": ["alpha"], "topk": int("9" * 100)})
+    assert resp.status_code == 422 and "topk must be in [1, 5]" in resp.json()["error"]
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10, 100) | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -135,21 +163,8 @@ def test_fuzzed_bodies_never_500(client, body):
 
 @pytest.fixture(scope="module")
 def server_url(retriever):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(retriever, max_batch=MAX_BATCH, max_k=MAX_K),
-                            host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 10
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=5)
+    with live_server(create_app(retriever, max_batch=MAX_BATCH, max_k=MAX_K)) as (url, _):
+        yield url
 
 
 def test_http_retriever_matches_local_retriever(server_url, retriever):
@@ -179,3 +194,56 @@ def test_parse_hit_accepts_both_search_r1_shapes():
     assert parse_hit(doc) == Passage("7", "Golf", "golf facts", 0.0)
     with pytest.raises(RetrievalError, match="contents"):
         parse_hit({"document": {"id": "1"}})
+
+
+# ---- faults of the server's own files -----------------------------------------------------
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
+         "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+         "uniform", "victor", "whiskey", "xray", "yankee"]
+
+
+@pytest.fixture()
+def damaged_prebuilt(tmp_path):
+    """A prebuilt-style index whose corpus line 21 ("uniform") is braced but not JSON: it opens
+    (only a few lines are parsed at start) and fails when a search returns that passage."""
+    lines, contents = [], []
+    for i, word in enumerate(WORDS):
+        contents.append(join_contents(word.title(), f"{word} facts and {word} stories"))
+        lines.append(json.dumps({"id": str(i), "contents": contents[-1]}))
+    lines[20] = '{"id": "20" "contents": "missing comma"}'
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    index = faiss.IndexFlatIP(HashEncoder.dim)
+    index.add(HashEncoder().encode_passages(contents))
+    faiss.write_index(index, str(tmp_path / "e5_Flat.index"))
+    return DenseRetriever.from_prebuilt(tmp_path / "e5_Flat.index", corpus, HashEncoder()), corpus
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_a_damaged_corpus_line_is_a_500_without_paths_and_logged_with_its_line(damaged_prebuilt, batching, caplog):
+    retriever, corpus = damaged_prebuilt
+    client = TestClient(create_app(retriever, batching=batching), raise_server_exceptions=False)
+    with caplog.at_level(logging.ERROR, logger="pipeline.retrieval.server"):
+        resp = client.post("/retrieve", json={"queries": ["uniform"], "topk": 1})
+    assert resp.status_code == 500, resp.text
+    error = resp.json()["error"]
+    assert error.startswith("server error: a passage this search returned is damaged in the server's corpus")
+    assert str(corpus.parent) not in resp.text and "corpus.jsonl" not in resp.text
+    assert f"{corpus}:21: invalid JSON" in caplog.text
+    ok = client.post("/retrieve", json={"queries": ["victor"], "topk": 1})  # another passage: served
+    assert ok.status_code == 200 and ok.json()["result"][0][0]["id"] != "20"
+    assert client.get("/health").status_code == 200
+
+
+def test_a_failing_search_is_a_500_that_names_no_detail(caplog):
+    class Broken:
+        def search(self, queries, k):
+            raise RuntimeError("/srv/secret/index.faiss: read error")
+
+    client = TestClient(create_app(Broken()), raise_server_exceptions=False)
+    with caplog.at_level(logging.ERROR, logger="pipeline.retrieval.server"):
+        resp = client.post("/retrieve", json={"queries": ["a"]})
+    assert resp.status_code == 500 and "/srv/secret" not in resp.text
+    assert resp.json()["error"] == "server error: the search failed (RuntimeError); the server's log has the details"
+    assert "/srv/secret/index.faiss: read error" in caplog.text

@@ -1,6 +1,6 @@
 """What MLflow runs hold and how they open: the experiment's view, the commit tag, the logged
 and registered model, audit and curves of a training run, the link from an evaluation to
-the training run of its weights, the report with its figures, and the README's search recipe
+the training run of its weights, the report with its figures, and docs/usage.md's search recipe
 run through MLflow's API."""
 
 from __future__ import annotations
@@ -170,9 +170,9 @@ def test_report_run_holds_the_page_with_its_figures(tmp_path, store):
 
 
 def _readme_recipe() -> tuple[list[str], list[str]]:
-    """The search filters and the evaluation metric names of the README's MLflow section."""
+    """The search filters and the evaluation metric names of docs/usage.md's MLflow section."""
     text = (REPO_ROOT / "docs" / "usage.md").read_text()
-    section = text[text.index("## MLflow: runs, comparisons"):text.index('<a id="browser-check">')]
+    section = text[text.index("## MLflow: runs, comparisons"):text.index("## Checking the pages in a browser")]
     filters = re.findall(r"[Ss]earch runs with `([^`]+)`", section)
     metrics = re.findall(r"`(\w+_at_4)`", section)
     return filters, metrics
@@ -180,7 +180,7 @@ def _readme_recipe() -> tuple[list[str], list[str]]:
 
 def test_the_readme_comparison_recipe_runs_through_mlflows_search(tmp_path, store, model_folder):
     filters, metric_names = _readme_recipe()
-    assert len(filters) == 2 and metric_names, "the README's MLflow recipe changed shape"
+    assert len(filters) == 2 and metric_names, "docs/usage.md's MLflow recipe changed shape"
     with stage_run("base_model", "ci", root=tmp_path) as mlf:
         log_weights(mlf, _params(0), tmp_path, model_folder, "base_model", "base_model", kind="base_model")
     for stage, system in TRAINED.items():

@@ -3,7 +3,8 @@
 Requests put a job (their queries and k) on a bounded queue; one worker thread takes every
 job waiting (up to `batch_queries` queries), searches their distinct queries together in
 chunks of at most `batch_queries`, and hands each job its rows. Only the worker touches the
-retriever, so nothing else waits on the encoder.
+retriever, so nothing else waits on the encoder. A batch whose search fails is searched again
+job by job, so an error reaches only the requests that cause it.
 
 A job holding a long query (over `long_query_chars` characters: up to 512 tokens, seconds of
 CPU each) is not searched in one go: the worker searches one of its queries between two
@@ -170,11 +171,16 @@ class MicroBatcher:
 
 
     def _serve(self, jobs: list[_Job]) -> None:
+        """Search `jobs` together; when that fails, each alone, so that only the requests whose
+        own search fails get the error (e.g. the one that returns a damaged corpus line)."""
         try:
             results = self._search(jobs)
-        except BaseException as err:  # every waiting request gets the error, the worker lives on
-            for job in jobs:
-                job.done(None, err)
+        except BaseException as err:  # the worker lives on
+            if len(jobs) == 1:
+                jobs[0].done(None, err)
+            else:
+                for job in jobs:
+                    self._serve([job])
             return
         for job, rows in zip(jobs, results):
             job.done(rows, None)

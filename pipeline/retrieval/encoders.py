@@ -133,8 +133,13 @@ class HFE5Encoder:
         self.max_length = max_length
         self.batch_size = batch_size
         self._torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, local_files_only=True, dtype=getattr(torch, self.dtype))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self.model = AutoModel.from_pretrained(path, local_files_only=True, dtype=getattr(torch, self.dtype))
+        except Exception as err:  # transformers, tokenizers and safetensors each raise their own types
+            reason = (str(err).splitlines() or [""])[0][:200]
+            raise InputError(f"{path}: not a readable model checkpoint ({type(err).__name__}: {reason}); expected "
+                             f"a complete transformers E5 folder (config.json, tokenizer, weights)") from None
         self.model = self.model.to(self.device).eval()
         self.dim: int = int(self.model.config.hidden_size)
         self._lock = threading.Lock()

@@ -17,9 +17,10 @@ import pyarrow.json as pa_json
 from tqdm.auto import tqdm
 
 from pipeline.errors import InputError
-from pipeline.io import atomic_dir
+from pipeline.io import atomic_dir, read_parquet
 from pipeline.retrieval.contents import join_contents, split_contents_array
 from pipeline.retrieval.encoders import Encoder
+from pipeline.retrieval.faiss_file import read_faiss_index, read_flat_ip_index
 from pipeline.retrieval.faiss_index import new_index, set_nprobe, to_build_device, to_cpu, to_search_device, train
 from pipeline.retrieval.index_spec import IndexSpec
 from pipeline.retrieval.jsonl_corpus import JsonlCorpus
@@ -154,30 +155,42 @@ def load_index(index_dir: str | Path, root: str | Path | None = None) -> LoadedI
         base = Path(root or ".")
         loaded = open_prebuilt(base / str(meta.get("faiss_index")), base / str(meta.get("corpus")),
                                fp16=bool(meta.get("gpu_fp16", False)))
-        if int(meta.get("count", -1)) != loaded.index.ntotal or int(meta.get("dim", -1)) != loaded.index.d:
-            raise InputError(f"{index_dir / META_FILE}: count/dim {meta.get('count')}/{meta.get('dim')} "
-                             f"do not match {meta.get('faiss_index')} ({loaded.index.ntotal}/{loaded.index.d}); "
+        if _meta_int(meta, "count", index_dir) != loaded.index.ntotal or \
+                _meta_int(meta, "dim", index_dir) != loaded.index.d:
+            raise InputError(f"{index_dir / META_FILE}: count/dim {meta.get('count')}/{meta.get('dim')} do not match "
+                             f"{meta.get('faiss_index')} ({loaded.index.ntotal}/{loaded.index.d}); "
                              "rerun the index stage")
         return LoadedIndex(loaded.index, loaded.passages, meta)
     for name in (INDEX_FILE, PASSAGES_FILE):
         if not (index_dir / name).is_file():
             raise InputError(f"{index_dir / name}: missing; expected an index folder from build_index")
-    index = faiss.read_index(str(index_dir / INDEX_FILE))
-    passages = pa.Table.from_pandas(pd.read_parquet(index_dir / PASSAGES_FILE), preserve_index=False)
+    index = read_faiss_index(index_dir / INDEX_FILE)
+    passages = pa.Table.from_pandas(read_parquet(index_dir / PASSAGES_FILE, "the `index` stage"),
+                                    preserve_index=False)
     _check_counts(index, passages, index_dir / INDEX_FILE, index_dir / PASSAGES_FILE)
-    if "count" in meta and int(meta["count"]) != index.ntotal:
+    if "count" in meta and _meta_int(meta, "count", index_dir) != index.ntotal:
         raise InputError(f"{index_dir / META_FILE}: count {meta['count']} != {index.ntotal} vectors")
-    if "dim" in meta and int(meta["dim"]) != index.d:
+    if "dim" in meta and _meta_int(meta, "dim", index_dir) != index.d:
         raise InputError(f"{index_dir / META_FILE}: dim {meta['dim']} != index dimension {index.d}")
     if meta.get("nprobe") is not None:
         nlist = int(getattr(faiss.extract_index_ivf(index), "nlist", 0))
-        if not 1 <= int(meta["nprobe"]) <= nlist:
+        if not 1 <= _meta_int(meta, "nprobe", index_dir) <= nlist:
             raise InputError(f"{index_dir / META_FILE}: nprobe {meta['nprobe']} outside 1..nlist ({nlist})")
         set_nprobe(index, int(meta["nprobe"]))
     return LoadedIndex(to_search_device(index, fp16=bool(meta.get("gpu_fp16", False))), passages, meta)
 
 
+def _meta_int(meta: dict, key: str, index_dir: Path) -> int:
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{index_dir / META_FILE}: field {key!r} is {value!r}; expected an integer "
+                         f"(rerun the `index` stage)")
+    return value
+
+
 def _check_counts(index: Any, passages: Any, index_path: Path, passages_path: Path) -> None:
+    if index.ntotal == 0:
+        raise InputError(f"{index_path}: no vectors; expected an index of at least one passage")
     if index.ntotal != passages.num_rows:
         raise InputError(f"{index_path}: {index.ntotal} vectors but {passages_path} has "
                          f"{passages.num_rows} passages; expected equal counts")
@@ -225,35 +238,21 @@ def open_flashrag_index(index_path: str | Path, corpus_jsonl_path: str | Path) -
     if not index_path.is_file():
         raise InputError(f"{index_path}: faiss index file not found")
     passages = read_flashrag_corpus(corpus_jsonl_path)
-    index = faiss.read_index(str(index_path))
+    index = read_faiss_index(index_path)
     _check_counts(index, passages, index_path, Path(corpus_jsonl_path))
     meta = {"encoder": "intfloat/e5-base-v2", "dim": int(index.d), "count": int(index.ntotal),
             "metric": "ip", "source": "flashrag"}
     return LoadedIndex(to_search_device(index), passages, meta)
 
 
-def read_faiss_index(path: str | Path, mmap: bool = True) -> Any:
-    """A faiss index file; flat ones memory-mapped when `mmap` (a 21M x 768 float32 flat
-    index is 64 GB: pages are read as searches touch them, not copied at start)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: faiss index file not found")
-    try:
-        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
-    except RuntimeError as err:
-        raise InputError(f"{path}: not a readable faiss index ({str(err).splitlines()[0][:200]})") from err
-
-
 def open_prebuilt(index_path: str | Path, corpus_path: str | Path, mmap: bool = True,
                   fp16: bool = False) -> LoadedIndex:
-    """A Search-R1 / FlashRAG flat index (e.g. e5_Flat.index) and its jsonl corpus, served as
-    they are: the index memory-mapped, the corpus read through an offset table."""
-    index = read_faiss_index(index_path, mmap=mmap)
+    """A Search-R1 / FlashRAG flat inner-product index (e.g. e5_Flat.index; other kinds are
+    refused, see faiss_file) and its jsonl corpus, served as they are: the index
+    memory-mapped, the corpus read through an offset table."""
+    index = read_flat_ip_index(index_path, mmap=mmap)  # before the corpus: its scan takes minutes at 14 GB
     corpus = JsonlCorpus(corpus_path)
     _check_counts(index, corpus, Path(index_path), Path(corpus_path))
     meta = {"dim": int(index.d), "count": int(index.ntotal), "metric": "ip", "source": "prebuilt",
             "index_type": type(index).__name__}
-    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-        raise InputError(f"{index_path}: metric {index.metric_type} is not inner product; E5 indexes "
-                         f"score by inner product (FlashRAG's faiss_type Flat with IP)")
     return LoadedIndex(to_search_device(index, fp16=fp16), corpus, meta)

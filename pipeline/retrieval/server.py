@@ -3,8 +3,11 @@
 Concurrent requests share encoder batches (pipeline.retrieval.batcher); /health answers on the
 event loop and never waits on the encoder. Every request that is refused gets a 4xx JSON body
 {"error": "..."} naming the field: 400 for text the encoder must not see (NUL, lone
-surrogates, bytes that are not UTF-8), 408 for a body that stops arriving, 413 for a body or
-batch over its limit, 422 for a body of the wrong shape, 503 when the queue is full.
+surrogates, bytes that are not UTF-8), 408 for headers or a body that stop arriving
+(pipeline.retrieval.connections), 413 for a body or batch over its limit, 422 for a body of
+the wrong shape (JSON nested too deep or a number too long included), 503 when the queue or
+the connections are full. A fault of the server's own files (a damaged corpus line) or of the
+search is a 500, logged with its file and line; the answer names neither.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
 import sys
 import threading
 from dataclasses import asdict
@@ -24,10 +28,14 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, Va
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from pipeline.errors import InputError
+from pipeline.errors import DataFault
 from pipeline.retrieval.base import Passage, Retriever
 from pipeline.retrieval.batcher import MicroBatcher, QueueFull, describe
-from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, MAX_WAITING_REQUESTS, ServerLimits
+from pipeline.retrieval.connections import server_config
+from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, MAX_WAITING_REQUESTS, ConnectionLimits, ServerLimits
+from pipeline.retrieval.request_json import JsonBoundExceeded, loads_bounded
+
+log = logging.getLogger(__name__)
 
 
 class RetrieveRequest(BaseModel):
@@ -127,7 +135,9 @@ def _check_text(queries: list[str]) -> None:
 def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bool]:
     """Body -> (queries, topk, return_scores), or Refused naming the field."""
     try:
-        payload = json.loads(body)
+        payload = loads_bounded(body, limits.max_json_depth, limits.max_number_digits)
+    except JsonBoundExceeded as err:
+        raise Refused(422, f"invalid request: {err}") from None
     except UnicodeDecodeError as err:
         raise Refused(400, f"invalid request: body is not UTF-8 (byte {err.start})") from None
     except json.JSONDecodeError as err:
@@ -153,14 +163,27 @@ def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bo
     return request.queries, topk, request.return_scores
 
 
+def search_failed(err: BaseException) -> JSONResponse:
+    """500 for a search that raised: the server's fault, never the client's. The log names the
+    file and line (a DataFault's message does); the answer names no path of the server."""
+    if isinstance(err, DataFault):
+        log.error("search failed on a damaged file of the server: %s", err)
+        return _error(500, "server error: a passage this search returned is damaged in the server's corpus; "
+                           "the server's log names the file and line")
+    log.error("search failed: %s: %s", type(err).__name__, err, exc_info=err)
+    return _error(500, f"server error: the search failed ({type(err).__name__}); the server's log has the details")
+
+
 def create_app(retriever: Retriever, limits: ServerLimits | None = None, batching: bool = True,
                batch_queries: int = ENCODE_BATCH_QUERIES, max_waiting: int = MAX_WAITING_REQUESTS,
-               **limit_overrides: Any) -> FastAPI:
+               connections: ConnectionLimits | None = None, **limit_overrides: Any) -> FastAPI:
     """FastAPI app serving `retriever`. batching=False is the old single-lock server (every
     request searched alone, one at a time, /health in the same thread pool): kept as the
-    baseline of benchmarks/bench_retrieval_load.py."""
+    baseline of benchmarks/bench_retrieval_load.py. `connections` is what run_app (or
+    connections.server_config) gives the HTTP layer."""
     limits = limits or ServerLimits(**limit_overrides)
     app = FastAPI(title="MultiAgent-OPD retrieval", version="2")
+    app.state.connections = connections = connections or ConnectionLimits()
     batcher = MicroBatcher(retriever, batch_queries=batch_queries, max_jobs=max_waiting) if batching else None
     app.state.batcher = batcher
     lock = threading.Lock()
@@ -175,15 +198,12 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, batchin
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, f"{exc.detail}: expected POST /retrieve or GET /health")
 
-    @app.exception_handler(InputError)
-    async def _bad_input(_: Request, exc: InputError) -> JSONResponse:
-        return _error(422, f"invalid request: {exc}")
-
     def health_body() -> dict[str, Any]:
         index = getattr(retriever, "index", None)
         encoder = getattr(retriever, "encoder", None)
         return {"status": "ok", "count": int(getattr(index, "ntotal", -1)),
-                "encoder": getattr(encoder, "name", None), **asdict(limits), **describe(batcher)}
+                "encoder": getattr(encoder, "name", None), **asdict(limits), **asdict(connections),
+                **describe(batcher)}
 
     if batcher is not None:
         @app.get("/health")
@@ -205,22 +225,24 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, batchin
         except ClientDisconnect:
             return _error(400, "invalid request: client disconnected before the body was complete")
         queries, topk, return_scores = parse_request(body, limits)
-        if batcher is None:
-            results = await run_in_threadpool(locked_search, queries, topk)
-        else:
-            search = asyncio.ensure_future(batcher.search(queries, topk))
-            gone = asyncio.ensure_future(_disconnected(request))
-            await asyncio.wait({search, gone}, return_when=asyncio.FIRST_COMPLETED)
-            gone.cancel()
-            if not search.done():  # the client left (e.g. its timeout): its job is dropped unsearched
-                search.cancel()
-                return _error(499, "client disconnected")
-            try:
+        try:
+            if batcher is None:
+                results = await run_in_threadpool(locked_search, queries, topk)
+            else:
+                search = asyncio.ensure_future(batcher.search(queries, topk))
+                gone = asyncio.ensure_future(_disconnected(request))
+                await asyncio.wait({search, gone}, return_when=asyncio.FIRST_COMPLETED)
+                gone.cancel()
+                if not search.done():  # the client left (e.g. its timeout): its job is dropped unsearched
+                    search.cancel()
+                    return _error(499, "client disconnected")
                 results = search.result()
-            except QueueFull as err:
-                return JSONResponse(status_code=503, content={"error": f"busy: {err}; retry later"},
-                                    headers={"Retry-After": "1"})
-        return await run_in_threadpool(results_response, results, return_scores)
+            return await run_in_threadpool(results_response, results, return_scores)
+        except QueueFull as err:
+            return JSONResponse(status_code=503, content={"error": f"busy: {err}; retry later"},
+                                headers={"Retry-After": "1"})
+        except Exception as err:  # the request was valid: whatever the search raised is the server's
+            return search_failed(err)
 
     return app
 
@@ -244,12 +266,14 @@ GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def run_app(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve `app` with uvicorn (blocks until stopped); warns when not bound to loopback."""
+    """Serve `app` with uvicorn (blocks until stopped), with the header deadline and the
+    connection cap of create_app's `connections`; warns when not bound to loopback."""
     import uvicorn
 
+    config = server_config(app, host=host, port=port, log_level=log_level)
     warn_if_exposed(host)
     # The encoder worker and the answer-rendering threads hold the GIL in Python's 5 ms slices;
     # every step of a /health answer (accept, read, reply) waits for one. 1 ms slices keep
     # /health quick while a batch is tokenised and answered.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5)
+    uvicorn.Server(config).run()

@@ -21,8 +21,12 @@ def read_split(root: Path, name: str) -> pd.DataFrame:
 
 
 def read_corpus(root: Path) -> pd.DataFrame:
-    """data/corpus/passages.parquet."""
-    return read_parquet(Paths(root).corpus, "the `corpus` stage")
+    """data/corpus/passages.parquet, which must hold at least one passage."""
+    path = Paths(root).corpus
+    passages = read_parquet(path, "the `corpus` stage")
+    if passages.empty:
+        raise InputError(f"{path}: no passages; expected at least one row from the `corpus` stage, rerun it")
+    return passages
 
 
 def open_retriever(root: Path):
