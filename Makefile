@@ -32,10 +32,12 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 $(PLOTS_TEMPLATE): $(STAMP)
 	$(BIN)/python -m pipeline plots-template
 
+# `dvc repro`, then an MLflow run for every stage DVC did not run (skipped or restored from its
+# cache), so the store has a run of every stage (pipeline/stages/records.py)
 repro: setup
-	$(BIN)/dvc repro
+	since=$$(date +%s); $(BIN)/dvc repro && $(BIN)/python -m pipeline record-runs --since $$since
 
-# ruff (pyproject.toml's rules) and dvc.yaml current with pipeline/stages/dag.py
+# ruff (pyproject.toml's rules); dvc.yaml and the plots templates current with pipeline/stages/dag.py
 lint: setup
 	$(BIN)/ruff check pipeline flows tests scripts benchmarks
 	$(BIN)/python -m pipeline dvc-yaml --check
@@ -63,8 +65,8 @@ prefect-down:
 
 mlflow-ui: setup
 	@MLFLOW_UI_URL=http://127.0.0.1:5000 $(BIN)/python -m pipeline mlflow-links
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --host 127.0.0.1 --port 5000 --workers 1 \
-		--backend-store-uri sqlite:///$(CURDIR)/mlflow.db --default-artifact-root $(CURDIR)/mlartifacts
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --app-name maopd --host 127.0.0.1 --port 5000 \
+		--workers 1 --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --default-artifact-root $(CURDIR)/mlartifacts
 
 # The report, the `dvc plots` page, MLflow's runs page and a Prefect flow-run page in headless
 # Chromium (Debian's package: apt-get install -y chromium); fails on a blank page or a console error.

@@ -7,6 +7,8 @@ Deployments of the flow `maopd-paper` (`flows/stages.py:paper_flow`):
 - `paper`: the paper profile on the `gpu` pool, weekly (Sunday 03:00 UTC). Its schedule is
   registered paused while no worker of the `gpu` pool is online (a scheduled run would wait
   for one forever); run this script again once one is, or resume the schedule in the UI.
+  While paused, it carries the tag "schedule paused" and its description starts by saying why,
+  so the UI says why it is Not Ready.
 - `smoke`: the ci profile on the `cpu` pool, nightly (02:00 UTC).
 Both run the whole DAG; DVC skips every stage whose inputs did not change. Any stage or
 group runs alone with `-p stages='["evaluate"]'`. Workers run the flow from this checkout.
@@ -31,6 +33,8 @@ DEPLOYMENTS = {
     "paper": ("gpu", "0 3 * * 0", {"profile": "paper"}),
     "smoke": ("cpu", "0 2 * * *", {"profile": "ci"}),
 }
+# shown beside the deployment in the UI's list, where only short tags fit (longer ones fold into "+N")
+PAUSED_TAG = "schedule paused"
 GPU_SLOTS = 1  # the `gpu` limit's slots when this script creates it (the flow's gpu_slots default)
 
 
@@ -62,13 +66,16 @@ def deployments(online: set[str] | None = None) -> list[tuple]:
     for name, (pool, cron, parameters) in DEPLOYMENTS.items():
         active = online is None or pool in online
         description = f"{parameters['profile']} profile, whole DAG, on the {pool} pool."
+        tags = [pool]
         if not active:
-            description += (f" Schedule paused: no worker of the `{pool}` pool is online, so a scheduled run "
-                            f"would wait for one. Start one (`prefect worker start --pool {pool}`; for `gpu` "
-                            f"the Dockerfile's image), then run `python -m flows.deploy` again or resume the "
-                            f"schedule here.")
+            description = (f"**Schedule paused on purpose: no worker of the `{pool}` pool is online**, so a "
+                           f"scheduled run would wait for one; Prefect shows the deployment Not Ready for the "
+                           f"same reason. Start one (`prefect worker start --pool {pool}`; for `gpu` the "
+                           f"Dockerfile's image), then run `python -m flows.deploy` again or resume the schedule "
+                           f"here. " + description)
+            tags.append(PAUSED_TAG)
         built.append((source.to_deployment(name=name, schedules=[Cron(cron, timezone="UTC", active=active)],
-                                           parameters=parameters, tags=[pool, name], description=description),
+                                           parameters=parameters, tags=tags, description=description),
                       pool))
     return built
 

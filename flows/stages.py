@@ -11,14 +11,19 @@ independent stages (the ablations, the evaluations) run at the same time.
   at once, without a workspace. The others run `dvc repro`, which may also skip.
 - A failure that may pass (a DVC lock held, the remote unreachable, the process killed) is
   retried; a stage's own error is not.
-- Each task logs, and links as a Prefect artifact, the MLflow run of its stage; the flow run
-  ends with a markdown artifact: stage outcomes, the report's main table, links.
+- Each task logs the MLflow run of its stage and links it as a Prefect artifact, by the run's
+  name (pipeline.mlflow_ui.run_link). When the stages are done, `python -m pipeline record-runs`
+  gives every stage DVC did not run a run of its own (pipeline/stages/records.py), so each link
+  resolves; the flow run ends with a markdown artifact: stage outcomes, the report's main
+  table, links.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,10 +39,11 @@ from prefect.exceptions import UnfinishedRun
 from prefect.states import Completed, Pending, Running
 
 from flows.dvc_graph import pool_for, select, stage_graph, uncached_outputs, upstream_of
-from flows.mlflow_link import find_stage_run, profile_experiment_id
+from flows.mlflow_link import find_stage_run
 from flows.summary import summary_markdown
 from flows.workspaces import RunLayout, StageFailed, prepare_root, run_stage, stage_env, stale_stages, up_to_date
-from pipeline.tracking import ensure_experiment
+from pipeline.mlflow_ui import run_link
+from pipeline.tracking import ensure_experiment, experiment_name
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LIMIT = "gpu"
@@ -150,11 +156,14 @@ def repro_stage(stage: str, checkout: str, profile: str, upstream: list[str], po
         logger.info(f"{stage}: {status} by DVC; {phases} (workspace overhead {outcome.overhead:.1f} s)")
     run = find_stage_run(stage_env(layout)["MLFLOW_TRACKING_URI"], profile, stage,
                          started if status == "ran" else None)
+    link = run_link(experiment_name(profile), stage)
     if run is not None:
         result["mlflow_run_id"] = run.run_id
         what = "produced" if status == "ran" else "last produced (stage up to date)"
         logger.info(f"MLflow run {what}: {run.run_id} {run.url}")
-        create_link_artifact(run.url, link_text=f"MLflow run of {stage}", description=f"{stage}: {status}")
+    elif status != "ran":
+        logger.info("No MLflow run of this stage in the store yet; the flow records one when the stages are done")
+    create_link_artifact(link, link_text=f"MLflow run of {stage}", description=f"{stage}: {status}")
     if status != "ran":
         return Completed(name="Skipped", message=f"{stage}: {status} by DVC, nothing to run", data=result)
     return result
@@ -166,11 +175,34 @@ def stage_task(stage: str, pool: str) -> Any:
     return repro_stage.with_options(name=stage, task_run_name=stage, tags=[pool])
 
 
+RECORDED = ("ran", "skipped", "restored")  # the outcomes of a stage with a dvc.lock entry of this run
+
+
+def record_runs(layout: RunLayout, root: Path, statuses: dict[str, str], since: float) -> None:
+    """`python -m pipeline record-runs` in the run root for every stage that ran or that DVC
+    skipped or restored: the runs of the stages that ran get their state, the others a run of
+    their own (pipeline/stages/records.py). A failure here is logged, not raised: the stages'
+    outputs stand either way."""
+    stages = [f"{stage}={status}" if status != "ran" else stage
+              for stage, status in statuses.items() if status in RECORDED]
+    if not stages:
+        return
+    cmd = [sys.executable, "-m", "pipeline", "record-runs", "--since", str(since),
+           *(arg for stage in stages for arg in ("--stage", stage))]
+    proc = subprocess.run(cmd, cwd=root, env=stage_env(layout), capture_output=True, text=True)
+    logger = get_run_logger()
+    if proc.returncode != 0:
+        logger.warning(f"record-runs failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+    else:
+        logger.info("MLflow runs of the stages:\n" + proc.stdout.strip())
+
+
 @flow(name="maopd-paper")
 def paper_flow(profile: str | None = None, stages: list[str] | None = None, checkout: str = str(ROOT),
                gpu_slots: int = 1) -> dict[str, str]:
     """Every stage of the paper (or `stages`, by name or foreach group) on `profile`
     (default: the checkout's). Returns {stage: ran | skipped | restored}."""
+    started = time.time()
     layout = RunLayout.for_profile(Path(checkout), profile)
     root = prepare_root(layout)
     graph = stage_graph(root)
@@ -198,9 +230,9 @@ def paper_flow(profile: str | None = None, stages: list[str] | None = None, chec
         except Exception as error:
             statuses[stage] = "failed"
             errors.append(error)
+    record_runs(layout, root, statuses, started)
     create_markdown_artifact(
-        summary_markdown(root, layout.profile, statuses,
-                         profile_experiment_id(env["MLFLOW_TRACKING_URI"], layout.profile)),
+        summary_markdown(root, layout.profile, statuses),
         key=f"maopd-{layout.profile}-summary", description="stage outcomes, the report's main table, links")
     if errors:
         raise errors[0]

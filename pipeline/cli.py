@@ -8,7 +8,10 @@
   behaviour             a model's behaviour on dev (as in base_model) at other sampling temperatures and seeds
   plots-template        write the offline page `dvc plots show` fills (Vega inlined; `make setup` runs it)
   mlflow-links          print each experiment's link into the MLflow UI (model-training view)
-  dvc-yaml              write dvc.yaml from pipeline/stages/dag.py (--check: only say whether it is current)
+  record-runs           after `dvc repro`: an MLflow run for every stage of dvc.lock, also those DVC did not
+                        run (pipeline/stages/records.py; `make repro` runs it)
+  dvc-yaml              write dvc.yaml and the `dvc plots` templates from pipeline/stages/dag.py and the
+                        systems registry (--check: only say whether they are current)
 """
 
 from __future__ import annotations
@@ -105,8 +108,17 @@ def _parser() -> argparse.ArgumentParser:
                                 "base_model.behaviour_questions; at least dev's size: all of dev)")
     sub.add_parser("plots-template", help="write the offline HTML template of `dvc plots show`")
     sub.add_parser("mlflow-links", help="print each experiment's link into the MLflow UI (model-training view)")
-    dag = sub.add_parser("dvc-yaml", help="write dvc.yaml from the stage table and the stages' imports")
-    dag.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from what it would write")
+    dag = sub.add_parser("dvc-yaml", help="write dvc.yaml and the plots templates from the stage table, the "
+                                          "stages' imports and the systems registry")
+    dag.add_argument("--check", action="store_true", help="exit 1 when a file differs from what it would write")
+    rec = sub.add_parser("record-runs", help="an MLflow run for every stage of dvc.lock, also those DVC did not run")
+    rec.add_argument("--since", type=float, default=None,
+                     help="epoch seconds at which `dvc repro` started: a stage's run begun since is the one that "
+                          "made its state")
+    rec.add_argument("--stage", action="append", default=None,
+                     help="only this stage (repeatable); NAME=skipped|restored|ran says what DVC did with it")
+    rec.add_argument("--outcome", choices=["skipped", "restored"], default=None,
+                     help="why the stages without a run did not run, when known")
     return p
 
 
@@ -259,18 +271,25 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(experiment_links(tracking_uri(root))) or "no experiment yet: run a stage first")
             return 0
         if args.command == "dvc-yaml":
-            from pipeline.stages.dag import render
+            from pipeline.stages.dag import generated_files
 
-            path = root / "dvc.yaml"
-            text = render()
+            files = generated_files(root)
             if args.check:
-                current = path.read_text() if path.is_file() else ""
-                print(f"{path}: " + ("current" if current == text else "differs; run `python -m pipeline dvc-yaml`"))
-                return 0 if current == text else 1
+                stale = [p for p, text in files.items() if (p.read_text() if p.is_file() else "") != text]
+                for path in files:
+                    print(f"{path}: " + ("differs; run `python -m pipeline dvc-yaml`" if path in stale else "current"))
+                return 1 if stale else 0
             from pipeline.io import write_text
 
-            write_text(path, text)
-            print(path)
+            for path, text in files.items():
+                write_text(path, text)
+                print(path)
+            return 0
+        if args.command == "record-runs":
+            from pipeline.stages.records import record_runs
+
+            for rec in record_runs(params, root, args.since, args.stage, args.outcome):
+                print(f"{rec.stage}: {rec.action} (run {rec.run_id})")
             return 0
         if args.command == "plots-template":
             from pipeline.report.offline_plots import write_template

@@ -21,6 +21,7 @@ KIND_TAG = "kind"  # base_model | training | evaluation | report
 WEIGHTS_SHA_TAG = "weights_sha256"  # on a training run: the hash of the weights it wrote
 EVALUATED_SHA_TAG = "evaluated_weights_sha256"  # on an evaluation: the hash of the weights it ran
 WEIGHTS_RUN_TAG = "weights_run_id"  # on an evaluation: the training run that wrote those weights
+DATA_DOCS_ARTIFACT = "data_docs"  # on a validation run: its Great Expectations Data Docs site
 PREVIEW_ROWS = 50  # rows of the readable audit preview
 PREVIEW_CHARS = 400  # characters per text cell of the preview
 
@@ -68,6 +69,16 @@ def log_model(mlf: Any, folder: Path, registered_name: str, tags: dict[str, str]
         client.set_model_version_tag(registered_name, str(info.registered_model_version), key, value)
     mlf.set_tag("model_logged", f"yes: {registered_name} version {info.registered_model_version}")
     return info.model_uri
+
+
+def log_data_docs(mlf: Any, site: Path) -> bool:
+    """A Great Expectations Data Docs site (its folder) under `data_docs/`, so the site opens from
+    the MLflow server (pipeline.mlflow_app's report route); False when there is none."""
+    if not (Path(site) / "index.html").is_file():
+        mlf.set_tag("data_docs", f"none: {Path(site).name} holds no index.html")
+        return False
+    mlf.log_artifacts(str(site), artifact_path=DATA_DOCS_ARTIFACT)
+    return True
 
 
 def _preview(samples: pd.DataFrame) -> pd.DataFrame:

@@ -5,7 +5,9 @@ Every other place that names a system reads this table: the DVC stages (`train@<
 `evaluate@<name>`, generated into dvc.yaml by pipeline.stages.dag), the params keys
 (`<profile>.train.systems.<name>`), the model, audit, checkpoint and evaluation folders
 (`data/{models,audit,checkpoints,eval}/<name>`), the MLflow run names (the stage names) and
-registered models (the system names), the report and the Prefect flows.
+registered models (the system names), the report and the Prefect flows. Each system also has
+one fixed colour: the report's figures, the `dvc plots` templates (.dvc/plots/, generated from
+this table) and the MLflow UI (the run tag `mlflow.runColor`) all draw it in that colour.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pipeline.paths import model_dir
 BASE_WEIGHTS = "base"  # data/models/base: the base model every system starts from
 ROLE_IDS: dict[str, int] = {role: i for i, role in enumerate(ROLES)}
 KL_ROLES: tuple[str, ...] = ("leader", "answerer")  # the roles whose reward carries the KL-to-Teacher term
+# The run tag MLflow 3's UI reads a run's colour from (charts, runs table); a hex colour.
+RUN_COLOUR_TAG = "mlflow.runColor"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class System:
     training: Training | None  # None: the base model's weights, not trained
     published_avg4: float  # docs/method.md §9, macro avg@4 (published)
     published_pass4: float
+    colour: str  # "#rrggbb": the one colour of the system in every figure, plot and MLflow chart
 
     @property
     def trained(self) -> bool:
@@ -92,6 +97,11 @@ class System:
     @property
     def eval_stage(self) -> str:
         return f"evaluate@{self.name}"
+
+    @property
+    def run_tags(self) -> dict[str, str]:
+        """The tags of every MLflow run of this system: its name and its colour."""
+        return {"system": self.name, RUN_COLOUR_TAG: self.colour}
 
     @property
     def roles(self) -> Mapping[str, RolePolicy]:
@@ -125,25 +135,28 @@ def _train(searcher: RolePolicy, searcher_reward: str, teacher: str | None = TEA
 
 
 SYSTEMS: tuple[System, ...] = (
-    System("c_mas_base", "C-MAS base", "cascade", None, 25.09, 34.02),
+    System("c_mas_base", "C-MAS base", "cascade", None, 25.09, 34.02, "#7f7f7f"),
     System("c_mas_rl", "C-MAS + RL (Teacher)", "cascade",
            _train(RolePolicy("grpo", "question", "trajectory"), "em_and_behaviour", teacher=None, leader=None),
-           36.07, 45.97),
-    System("h_mas_base", "H-MAS base", "hierarchy", None, 28.60, 39.32),
+           36.07, 45.97, "#ff7f0e"),
+    System("h_mas_base", "H-MAS base", "hierarchy", None, 28.60, 39.32, "#8c564b"),
     System("prompted_critic", "Prompted Critic", "hierarchy",
-           _train(RolePolicy("grpo", "question", "sample"), "critic", judge=BASE_WEIGHTS), 34.62, 45.96),
-    System("multiagent_opd", "MultiAgent-OPD", "hierarchy", _train(_OPD, "none"), 38.68, 48.73),
+           _train(RolePolicy("grpo", "question", "sample"), "critic", judge=BASE_WEIGHTS), 34.62, 45.96,
+           "#1f77b4"),
+    System("multiagent_opd", "MultiAgent-OPD", "hierarchy", _train(_OPD, "none"), 38.68, 48.73, "#d62728"),
     System("ablation_outcome_rl_searcher", "ablation: outcome-RL Searcher", "hierarchy",
-           _train(RolePolicy("grpo", "question", "trajectory", reward_column="r_em"), "outcome"), 17.78, 22.79),
+           _train(RolePolicy("grpo", "question", "trajectory", reward_column="r_em"), "outcome"), 17.78, 22.79,
+           "#9467bd"),
     System("ablation_base_teacher", "ablation: base Teacher", "hierarchy",
-           _train(_OPD, "none", teacher=BASE_WEIGHTS), 29.50, 40.86),
+           _train(_OPD, "none", teacher=BASE_WEIGHTS), 29.50, 40.86, "#2ca02c"),
     System("ablation_no_searcher_supervision", "ablation: no Searcher supervision", "hierarchy",
-           _train(RolePolicy("none"), "none"), 29.82, 39.86),
+           _train(RolePolicy("none"), "none"), 29.82, 39.86, "#17becf"),
 )
 
 BY_NAME: Mapping[str, System] = MappingProxyType({s.name: s for s in SYSTEMS})
 TRAINED: tuple[System, ...] = tuple(s for s in SYSTEMS if s.trained)
 ABLATIONS: tuple[str, ...] = tuple(s.name for s in SYSTEMS if s.name.startswith("ablation_"))
+COLOURS: Mapping[str, str] = MappingProxyType({s.name: s.colour for s in SYSTEMS})
 
 
 def system(name: str) -> System:

@@ -90,3 +90,22 @@ def test_metrics_show_prints_one_row_per_system(built):
         assert {"avg@4", "avg@4_low", "avg@4_high", "pass@4", "all@4"} <= set(row) and len(row) <= 8, name
     table = _dvc(["metrics", "show"], built)
     assert max(len(line) for line in table.splitlines()) < 200  # a table a person can read
+
+
+def test_each_plot_says_what_it_shows_and_colours_systems_by_the_registry(built):
+    plots = json.loads(_dvc(["plots", "show", "--json"], built))["data"]
+    colours = {s.name: s.colour for s in SYSTEMS}
+    x_labels = {}
+    for name, (render,) in plots.items():
+        spec = render["content"]
+        title = spec["title"] if isinstance(spec["title"], str) else spec["title"]["text"]
+        assert title and ".csv" not in title and "/" not in title, (name, title)  # not the file's path
+        inner = spec.get("spec", spec)
+        scale = inner["encoding"]["color"]["scale"]
+        assert dict(zip(scale["domain"], scale["range"])) == colours, name  # fixed: same colour in every plot
+        x = inner["layer"][0]["encoding"]["x"] if "layer" in inner else inner["encoding"]["x"]
+        x_labels[name] = x["title"]
+    curve = {m.key: m for m in CURVE_METRICS}["dev_em"]
+    assert plots["reports/ci/curves/dev_em.csv"][0]["content"]["title"].startswith(curve.title)
+    assert x_labels["reports/ci/plots/macro.csv"] != x_labels["reports/ci/plots/gaps.csv"]  # percent vs points
+    assert "percentage points" in x_labels["reports/ci/plots/gaps.csv"]

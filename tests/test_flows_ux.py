@@ -5,6 +5,7 @@ skips stages without a workspace, and the flow's closing summary."""
 
 from __future__ import annotations
 
+import re
 import stat
 import sys
 import time
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from flows import workspaces
-from flows.deploy import deployments
+from flows.deploy import PAUSED_TAG, deployments
 from flows.stages import GPU_LIMIT, WAITING, gpu_slot, stage_task
 from flows.summary import report_sections, summary_markdown
 from flows.workspaces import _same_file, clean_line, run_dvc, up_to_date
@@ -70,25 +71,55 @@ def test_paper_schedule_waits_paused_until_a_gpu_worker_is_online():
     paused = {d.name: d for d, _ in deployments(online={"cpu"})}
     (schedule,) = paused["paper"].schedules
     assert schedule.active is False and "no worker of the `gpu` pool is online" in paused["paper"].description
-    assert paused["smoke"].schedules[0].active is True
+    # the UI's lists show a deployment's tags and its description starts with why it is Not Ready
+    assert paused["paper"].description.startswith("**Schedule paused on purpose")
+    assert PAUSED_TAG in paused["paper"].tags
+    assert paused["smoke"].schedules[0].active is True and not any("paused" in t for t in paused["smoke"].tags)
     running = {d.name: d for d, _ in deployments(online={"cpu", "gpu"})}
     assert running["paper"].schedules[0].active is True and "paused" not in running["paper"].description
+    assert not any("paused" in t for t in running["paper"].tags)
 
 
-def test_flow_summary_holds_the_main_table_and_links(tmp_path):
+def _report_folder(tmp_path):
     folder = tmp_path / "reports" / "ci"
     (folder / "data_docs" / "splits").mkdir(parents=True)
     (folder / "data_docs" / "splits" / "index.html").write_text("<html></html>")
     (folder / "paper.html").write_text("<html></html>")
-    (folder / "paper.md").write_text("# R\n\n## Provenance\n\n- x\n\n## Main table\n\n| system | a |\n|---|---|\n"
-                                     "| MultiAgent-OPD | 1.00 |\n\n## What this scale can show\n\n- **Made at:** ci\n\n"
-                                     "## Per dataset avg@4\n\n| q |\n")
+    (folder / "paper.md").write_text(
+        "# R\n\n## Provenance\n\n- x\n\n## Main table\n\n"
+        "| system | ours (ci) macro avg@4 | published (Qwen3-4B, paper) macro avg@4 |\n|---|---|---|\n"
+        "| MultiAgent-OPD | 1.00 | 38.68 |\n\n## What this scale can show\n\n- **Made at:** ci\n\n"
+        "## Per dataset avg@4\n\n| q |\n")
+    return folder
+
+
+def test_flow_summary_holds_the_main_table_and_links(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000")
+    folder = _report_folder(tmp_path)
     assert [s.splitlines()[0] for s in report_sections((folder / "paper.md").read_text())] == [
         "## Main table", "## What this scale can show"]
-    md = summary_markdown(tmp_path, "ci", {"splits": "skipped", "report": "ran"}, "3")
-    assert "| MultiAgent-OPD | 1.00 |" in md and "**Made at:** ci" in md and "Per dataset" not in md
-    assert "1 ran, 1 skipped" in md and "#/experiments/3/runs?workflowType=machine_learning" in md
-    assert (folder / "paper.html").as_uri() in md and "data_docs/splits/index.html" in md
+    md = summary_markdown(tmp_path, "ci", {"splits": "skipped", "report": "ran", "index": "failed"})
+    assert "| MultiAgent-OPD | 1.00 | 38.68 |" in md and "**Made at:** ci" in md and "Per dataset" not in md
+    assert "1 failed, 1 ran, 1 skipped" in md
+    links = re.findall(r"\]\(([^)]+)\)", md)
+    # http links into the MLflow server, by name: a browser opens them from the Prefect UI, in any store
+    assert links and all(link.startswith("http://127.0.0.1:5000/maopd/") for link in links), links
+    assert re.findall(r"https?://[^\s)`]+", md.replace("(http://127.0.0.1:5000, ", "")) == links  # no other URL
+    assert "http://127.0.0.1:5000/maopd/reports/ci/paper.html" in links
+    assert "http://127.0.0.1:5000/maopd/reports/ci/data_docs/splits/index.html" in links
+    assert "http://127.0.0.1:5000/maopd/runs/multiagent-opd-ci/report" in links
+    assert "http://127.0.0.1:5000/maopd/experiments/multiagent-opd-ci" in links
+    assert "file:" not in md and str(tmp_path) not in md
+    assert "| index | failed |" in md  # a failed stage has no run to link
+
+
+def test_the_summary_tables_are_narrow(tmp_path):
+    _report_folder(tmp_path)
+    md = summary_markdown(tmp_path, "ci", {f"train@{s}": "ran" for s in ("c_mas_rl", "multiagent_opd")})
+    headers = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
+    assert "| system | ours avg@4 | paper avg@4 |" in headers  # the report's long headers, shortened
+    for table_header in (h for h in headers if h.startswith("| system") or h.startswith("| stage")):
+        assert max(len(c.strip()) for c in table_header.strip("|").split("|")) <= 20, table_header
 
 
 @pytest.fixture(scope="module")

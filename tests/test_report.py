@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics,
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.synthetic import synthetic_records
 from pipeline.paths import eval_dir
+from pipeline.report.curves import CURVE_METRICS
 from pipeline.report.paper import _fallback_html
 from pipeline.report.tables import _tex
 from pipeline.systems import SYSTEMS
@@ -109,7 +111,9 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
     assert curve.columns.tolist() == ["step", "system", "questions", "dev_em"]
     assert list(zip(curve["step"], curve["dev_em"])) == DEV_EM
     assert set(curve["system"]) == {"multiagent_opd"} and set(curve["questions"]) == {DEV_QUESTIONS}
-    assert sorted(p.name for p in (folder / "curves").iterdir()) == ["dev_em.csv", "dev_no_search_share.csv"]
+    assert sorted(p.name for p in (folder / "curves").iterdir()) == sorted(f"{m.key}.csv" for m in CURVE_METRICS)
+    empty = {p.name for p in (folder / "curves").iterdir() if len(p.read_text().splitlines()) == 1}
+    assert empty == {f"{m.key}.csv" for m in CURVE_METRICS} - {"dev_em.csv", "dev_no_search_share.csv"}
     assert summary["curves"] == ["multiagent_opd"]
 
     headline = json.loads((folder / "metrics" / "c_mas_rl.json").read_text())  # one row of `dvc metrics show`
@@ -123,11 +127,19 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
 
     assert "## What this scale can show" in md and "test questions per system" in md
     assert "[splits](data_docs/splits/index.html), [masks](data_docs/masks/index.html)" in md
-    link = f"[`{store['run_id']}`](http://127.0.0.1:5000/#/experiments/"
-    assert link in md and f"/runs/{store['run_id']}?workflowType=machine_learning)" in md
+    # every stage linked to its MLflow run by the experiment's and the stage's names, no id anywhere
+    from pipeline.stages.dag import stage_names
+
+    for stage in stage_names():
+        assert f"[`{stage}`](http://127.0.0.1:5000/maopd/runs/multiagent-opd-ci/{stage})" in md, stage
+    assert "(http://127.0.0.1:5000/maopd/experiments/multiagent-opd-ci)" in md
+    html_text = (folder / "paper.html").read_text()
+    assert store["run_id"] not in md and store["run_id"] not in html_text
+    assert not re.search(r"[0-9a-f]{32}", md) and "#/experiments/" not in md
+    runs_row = next(line for line in md.splitlines() if line.startswith("| [`train@multiagent_opd`]"))
+    assert "MultiAgent-OPD: the model, and the training curves drawn above" in runs_row  # whose curves it drew
 
     assert "published (Qwen3-4B, paper)" in md and "ours (ci)" in md and "not evaluated" in md
-    assert store["run_id"] in md and "evaluate@" not in md  # no evaluation runs in this store
     opd_row = next(line for line in md.splitlines() if line.startswith("| MultiAgent-OPD |"))
     assert f"{macro.loc['multiagent_opd', 'avg@4']:.2f}" in opd_row and "38.68" in opd_row
     html = (folder / "paper.html").read_text()

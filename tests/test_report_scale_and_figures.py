@@ -12,11 +12,12 @@ from pipeline.eval.records import per_question_scores
 from pipeline.eval.synthetic import synthetic_records
 from pipeline.report import figures
 from pipeline.report import published as pub
-from pipeline.report.curves import Curve, CurveMetric, questions_per_point, write_curve_files
+from pipeline.report.curves import CURVE_METRICS, Curve, CurveMetric, questions_per_point, write_curve_files
 from pipeline.report.intervals import macro_intervals
 from pipeline.report.paper import code_line
 from pipeline.report.results import compute_results
 from pipeline.report.scale import measure_scale, scale_section
+from pipeline.systems import BY_NAME, SYSTEMS, TRAINED
 
 QUOTAS = {"nq": 30, "hotpotqa": 20, "bamboogle": 10}
 DRAWS, SEED, LEVEL = 500, 7, 0.95
@@ -94,7 +95,9 @@ def test_any_list_of_curve_metrics_becomes_files_and_panels(tmp_path):
         "c_mas_rl": _curve("c_mas_rl", [0, 10], {"dev_em": [0.2, 0.25]}, {"dev_em": 32}),
     }
     written = write_curve_files(curves, metrics, tmp_path / "curves")
-    assert written == ["dev_em.csv", "reward_searcher.csv"]  # a metric no system logged gets no file
+    assert written == ["dev_em.csv", "reward_searcher.csv"]  # the files with data
+    # a metric no system logged gets its header alone: the plot dvc.yaml names finds its file
+    assert (tmp_path / "curves" / "never_logged.csv").read_text() == "step,system,questions,never_logged\n"
     dev = pd.read_csv(tmp_path / "curves" / "dev_em.csv")
     assert dev.columns[-1] == "dev_em" and len(dev) == 4  # the NaN step is dropped
     assert questions_per_point(curves, "dev_em") == "16-32" and questions_per_point(curves, "reward_searcher") == "2"
@@ -118,3 +121,82 @@ def test_scores_that_never_vary_show_nothing():
     intervals = macro_intervals(records, ["multiagent_opd", "c_mas_rl"], runs=4, draws=DRAWS, seed=SEED, level=LEVEL)
     text = scale_section(measure_scale(results, intervals), "ci", "m", 95, "multiagent_opd")
     assert "**Resolution:** none" in text and "can test the paper's ordering" not in text
+
+
+def _all_curves() -> dict[str, Curve]:
+    """Every trained system with every curve metric, over a few steps."""
+    steps = [0, 4, 8, 12]
+    return {s.name: _curve(s.name, steps, {m.key: [0.1 * i + 0.01 * j for j in range(len(steps))]
+                                           for m in CURVE_METRICS}, {m.key: 16 for m in CURVE_METRICS})
+            for i, s in enumerate(TRAINED)}
+
+
+def test_figures_are_readable_at_the_report_width(evaluated, tmp_path):
+    """Every figure as the report draws it: no text below 10 px at the page width the report
+    uses, and no title overlapping a neighbour's title or panel."""
+    _, results, intervals = evaluated
+    curves = _all_curves()
+    dev = [m for m in CURVE_METRICS if m.key.startswith("dev_")]
+    layouts = {
+        "dynamics": figures.training_curves(curves, dev, tmp_path / "d.png"),
+        "diagnostics": figures.training_curves(curves, [m for m in CURVE_METRICS if m not in dev], tmp_path / "g.png"),
+        "macro": figures.macro_with_intervals(intervals, {s.name: s.published_avg4 for s in SYSTEMS}, "avg@4", 95,
+                                              "tiny", tmp_path / "m.png"),
+        "gaps": figures.gaps_with_intervals(results.gaps, pub.GAPS, "multiagent_opd", 95, 650, tmp_path / "p.png"),
+    }
+    for name, layout in layouts.items():
+        assert layout.width_px <= figures.PAGE_WIDTH_PX, (name, layout)
+        assert layout.min_text_px >= figures.MIN_TEXT_PX, (name, layout)
+        assert layout.overlaps == [], (name, layout.overlaps)
+
+
+def test_the_readability_measure_sees_small_text_and_overlapping_titles():
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(6, 3), dpi=figures.DPI)
+    for ax in axes:
+        ax.set_title("a title long enough to run into the panel beside it, and further still", fontsize=12)
+    axes[0].tick_params(labelsize=6)
+    layout = figures.measure(fig, width_px=600)
+    plt.close(fig)
+    assert layout.min_text_px < figures.MIN_TEXT_PX  # 6 pt at 100 dpi: 8.3 px
+    assert layout.overlaps
+    fig, ax = plt.subplots(figsize=(6, 3), dpi=figures.DPI)
+    ax.set_title("fine", fontsize=10)
+    ax.tick_params(labelsize=10)
+    assert figures.measure(fig, width_px=2 * figures.PAGE_WIDTH_PX).min_text_px < 10  # halved by the page
+    plt.close(fig)
+
+
+def test_each_system_is_drawn_in_its_registry_colour(tmp_path):
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    curves = {name: c for name, c in _all_curves().items() if name in ("multiagent_opd", "ablation_base_teacher")}
+    figures.training_curves(curves, CURVE_METRICS[:1], tmp_path / "c.png")
+    pixels = imread(tmp_path / "c.png")[..., :3].reshape(-1, 3)
+
+    def drawn(colour: str) -> bool:
+        return bool((np.abs(pixels - np.array(to_rgb(colour))).max(axis=1) < 2 / 255).any())
+
+    assert drawn(BY_NAME["multiagent_opd"].colour) and drawn(BY_NAME["ablation_base_teacher"].colour)
+    assert not drawn("#1f77b4")  # matplotlib's first cycle colour: what the first line got before
+
+
+def test_the_scale_section_says_what_it_can_show_under_can_show():
+    records = pd.concat([synthetic_records(s, a, {"nq": 3000}, seed=i)
+                         for i, (s, a) in enumerate([("multiagent_opd", 0.6), ("c_mas_rl", 0.2)])], ignore_index=True)
+    results = compute_results(records, ["multiagent_opd", "c_mas_rl"], [], "multiagent_opd", 4, DRAWS, SEED, LEVEL)
+    intervals = macro_intervals(records, ["multiagent_opd", "c_mas_rl"], runs=4, draws=DRAWS, seed=SEED, level=LEVEL)
+    scale = measure_scale(results, intervals)
+    assert scale.gap_half_width < min(d for d, _, _ in pub.GAPS.values())  # fine enough for every published gap
+    lines = {line.split("**")[1]: line for line in scale_section(scale, "ci", "m", 95, "multiagent_opd").splitlines()}
+    assert "can test the paper's ordering" in lines["Can show:"]
+    assert "can test" not in lines["Cannot show:"] and "None of the paper's gaps is that small" in lines["Cannot show:"]
+
+
+def test_a_coarse_scale_says_it_cannot_test_the_ordering_under_cannot_show(evaluated):
+    _, results, intervals = evaluated  # 60 questions: intervals wider than the paper's smallest gap
+    lines = {line.split("**")[1]: line
+             for line in scale_section(measure_scale(results, intervals), "ci", "m", 95, "multiagent_opd").splitlines()}
+    assert "neither confirm nor refute" in lines["Cannot show:"] and "ordering" not in lines["Can show:"]

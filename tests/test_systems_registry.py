@@ -38,3 +38,33 @@ def test_names_and_stages_derive_from_the_one_name():
     assert (base.trained, base.train_stage, base.weights, base.trained_roles) == (False, None, "base", ())
     assert trained_system("c_mas_rl").training.teacher is None  # Stage I trains without a Teacher
     assert {s.training.teacher for s in TRAINED if s.workflow == "hierarchy"} == {"c_mas_rl", "base"}
+
+
+def test_every_system_has_its_own_fixed_colour():
+    import re
+
+    from pipeline.systems import COLOURS, RUN_COLOUR_TAG
+
+    assert set(COLOURS) == {s.name for s in SYSTEMS}
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in COLOURS.values()), COLOURS
+    assert len(set(COLOURS.values())) == len(SYSTEMS)  # no two systems share a colour
+    # the pairs the paper compares, and the pair that used to share one
+    assert COLOURS["multiagent_opd"] != COLOURS["prompted_critic"]
+    assert COLOURS["multiagent_opd"] != COLOURS["ablation_outcome_rl_searcher"]
+    opd = BY_NAME["multiagent_opd"]
+    assert opd.run_tags == {"system": "multiagent_opd", RUN_COLOUR_TAG: opd.colour}
+
+
+def test_the_dvc_plots_templates_colour_each_system_as_the_registry_does():
+    """The committed templates are what the registry gives (`python -m pipeline dvc-yaml`): each
+    colours the field `system` with a scale of fixed domain (the names) and range (the colours)."""
+    import json
+
+    from pipeline.report.dvc_templates import template_files
+
+    for path, text in template_files(REPO_ROOT).items():
+        assert path.read_text() == text, f"{path.name} is stale: run `python -m pipeline dvc-yaml`"
+        spec = json.loads(text)
+        colour = (spec.get("spec") or spec)["encoding"]["color"]
+        assert colour["field"] == "system"
+        assert colour["scale"] == {"domain": [s.name for s in SYSTEMS], "range": [s.colour for s in SYSTEMS]}

@@ -204,10 +204,16 @@ def test_the_readme_comparison_recipe_runs_through_mlflows_search(tmp_path, stor
 
 
 def test_printed_experiment_links_open_the_runs_table_in_the_training_view(tmp_path, store, monkeypatch):
+    from flask import Flask
+
+    from pipeline.mlflow_app import register
     from pipeline.mlflow_ui import experiment_links
 
     monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000/")
     ensure_experiment("tiny", f"sqlite:///{tmp_path}/mlflow.db", (tmp_path / "a").as_uri())
     experiment = store.get_experiment_by_name(experiment_name("tiny")).experiment_id
-    assert experiment_links(f"sqlite:///{tmp_path}/mlflow.db") == [
-        f"multiagent-opd-tiny: http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"]
+    (line,) = experiment_links(f"sqlite:///{tmp_path}/mlflow.db")
+    assert line == "multiagent-opd-tiny: http://127.0.0.1:5000/maopd/experiments/multiagent-opd-tiny"
+    answer = register(Flask("t"), f"sqlite:///{tmp_path}/mlflow.db").test_client().get(
+        line.split("http://127.0.0.1:5000")[1])  # what `make mlflow-ui`'s server does with it
+    assert answer.headers["Location"] == f"/#/experiments/{experiment}/runs?workflowType=machine_learning"

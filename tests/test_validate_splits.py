@@ -139,3 +139,26 @@ def test_missing_column_is_an_input_error(tmp_path):
     splits["dev"] = splits["dev"].drop(columns=["norm_question"])
     with pytest.raises(InputError, match="norm_question"):
         run(tmp_path, splits)
+
+
+REMOTE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=\"(?:https?:)?//|url\(['\"]?(?:https?:)?//",
+                    re.I)
+
+
+def test_data_docs_load_nothing_from_the_network_and_list_every_validation(tmp_path):
+    splits = with_row(clean_splits(), "test", ("nq", "s9", "Who founded Rome?", ["Romulus"]))  # a leak, a quota
+    outcome = run(tmp_path, splits)
+    site = tmp_path / "data_docs"
+    pages = {p.relative_to(site).as_posix(): p.read_text() for p in site.rglob("*.html")}
+    assert len(pages) > 3
+    for name, text in pages.items():
+        assert not REMOTE.search(text), (name, REMOTE.search(text).group(0))
+        assert "<script" not in text, name  # GE's scripts need jQuery from a CDN
+        assert "is a constant, not the time of the validation" in text, name
+    index = pages["index.html"]
+    rows = re.findall(r"<tr><td>(.*?)</td><td><a href=\"([^\"]+)\">(\w+)</a>", index)
+    failed = {t for t, s in outcome.results["tables"].items() if not s["success"]}
+    assert {table for _, _, table in rows} == set(outcome.results["tables"]) and failed
+    for mark, href, table in rows:
+        assert ("failed" in mark) == (table in failed) and href in pages, (table, mark, href)
+        assert ("maopd-fail" if table in failed else "maopd-pass") in pages[href]  # the page's own marks

@@ -4,6 +4,7 @@ files `dvc metrics show` and `dvc plots show` read."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from pipeline.report.results import Results, compute_results
 from pipeline.report.scale import measure_scale, scale_section
 from pipeline.report.tables import latex_main_table, markdown
 from pipeline.systems import BY_NAME, SYSTEMS
-from pipeline.tracking import git_commit
+from pipeline.tracking import experiment_name, git_commit
 
 
 @dataclass
@@ -73,7 +74,8 @@ def comparisons_section(results: Results, records, curves, ev, level: int) -> st
     return "\n\n".join(parts)
 
 
-def build_report(params: Params, root: Path) -> ReportOutput:
+def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> ReportOutput:
+    """The whole report; `stages`: every stage of the DAG, each linked to its MLflow run."""
     start = time.perf_counter()
     ev = params.common.eval
     level = int(round(ev.confidence * 100))
@@ -100,10 +102,10 @@ def build_report(params: Params, root: Path) -> ReportOutput:
             figure_names.append("figures/gaps.png")
         if curves:
             dev = [m for m in CURVE_METRICS if m.key.startswith("dev_")]
-            if figures.training_curves(curves, dev, tmp / "training_dynamics.png", columns=3):
+            if figures.training_curves(curves, dev, tmp / "training_dynamics.png"):
                 figure_names.append("figures/training_dynamics.png")
             if figures.training_curves(curves, [m for m in CURVE_METRICS if m not in dev],
-                                       tmp / "training_diagnostics.png", columns=3):
+                                       tmp / "training_diagnostics.png"):
                 figure_names.append("figures/training_diagnostics.png")
 
     comparisons_md = comparisons_section(results, loaded.records, curves, ev, level)
@@ -113,7 +115,8 @@ def build_report(params: Params, root: Path) -> ReportOutput:
         split_sizes=split_sizes(root), model=model,
         protocol={"runs": ev.runs, "bootstrap_draws": ev.bootstrap_draws, "bootstrap_seed": ev.bootstrap_seed,
                   "confidence": ev.confidence, "target_system": ev.target_system},
-        runs=runs, figures=figure_names, curves=list(curves), curve_files=curve_files,
+        runs=runs, experiment=experiment_name(params.profile), stages=list(stages), figures=figure_names,
+        curves=list(curves), curve_files=curve_files,
         data_docs=data_docs(),
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
                             ev.target_system),

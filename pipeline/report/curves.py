@@ -16,28 +16,38 @@ import pandas as pd
 
 from pipeline.domain import ROLES
 from pipeline.io import atomic_dir
+from pipeline.systems import TRAINED
 
 
 @dataclass(frozen=True)
 class CurveMetric:
     key: str  # the MLflow metric key, logged per training step
-    title: str  # the figure panel's title
+    title: str  # what is plotted: the figure panel's and the `dvc plots` plot's title
     questions_param: str  # the training run's param: questions behind one point
+    unit: str = ""  # the y axis label: what one value is
 
 
 DEV, BATCH = "shared.dev_questions", "shared.questions_per_batch"
+# role -> how some system trains it ("grpo", "opd"): the trainer logs a role's advantage
+# diagnostics only for these (pipeline.rl.diagnostics), so only they are curves
+_TRAINED_AS = {role: {s.roles[role].kind for s in TRAINED if role in s.roles} for role in ROLES}
 CURVE_METRICS: tuple[CurveMetric, ...] = (
-    CurveMetric("dev_em", "dev exact match", DEV),
-    CurveMetric("dev_no_search_share", "dev no-search share", DEV),
-    CurveMetric("dev_searcher_kl", "dev Searcher KL to the Stage-I Teacher (fixed contexts)", DEV),
-    CurveMetric("no_search_share", "training batch no-search share", BATCH),
-    CurveMetric("searcher_kl_sampled", "training Searcher KL to its Teacher (sampled)", BATCH),
-    *(CurveMetric(f"zero_adv_groups_{role}", f"{role}: share of GRPO groups with zero advantage", BATCH)
-      for role in ROLES),
-    *(CurveMetric(f"abs_adv_{role}_{kind}", f"{role}: mean |advantage| ({kind.upper()})", BATCH)
-      for role in ROLES for kind in ("grpo", "opd")),
-    CurveMetric("clip_fraction", "PPO clip fraction", BATCH),
-    CurveMetric("entropy", "policy entropy on loss tokens", BATCH),
+    CurveMetric("dev_em", "Dev exact match", DEV, "exact match, share of dev questions"),
+    CurveMetric("dev_no_search_share", "Dev: answers given without any search", DEV,
+                "share of dev trajectories"),
+    CurveMetric("dev_searcher_kl", "Dev Searcher KL to the Stage-I Teacher (fixed contexts)", DEV,
+                "KL, nats per token"),
+    CurveMetric("no_search_share", "Training batch: answers given without any search", BATCH,
+                "share of batch trajectories"),
+    CurveMetric("searcher_kl_sampled", "Training Searcher KL to its Teacher (sampled tokens)", BATCH,
+                "KL, nats per token"),
+    *(CurveMetric(f"zero_adv_groups_{role}", f"{role.capitalize()}: GRPO groups with zero advantage", BATCH,
+                  "share of groups") for role in ROLES if "grpo" in _TRAINED_AS[role]),
+    *(CurveMetric(f"abs_adv_{role}_{kind}", f"{role.capitalize()}: mean |advantage| ({kind.upper()})", BATCH,
+                  "mean |advantage| per loss token") for role in ROLES for kind in ("grpo", "opd")
+      if kind in _TRAINED_AS[role]),
+    CurveMetric("clip_fraction", "PPO clip fraction", BATCH, "share of loss tokens clipped"),
+    CurveMetric("entropy", "Policy entropy on loss tokens", BATCH, "nats per token"),
 )
 
 
@@ -69,7 +79,9 @@ def questions_per_point(curves: Mapping[str, Curve], key: str) -> str:
 def write_curve_files(curves: Mapping[str, Curve], metrics: Sequence[CurveMetric], folder: Path) -> list[str]:
     """One CSV per metric under `folder` (replaced whole): step, system, questions, <key>.
     Long format, one line per system in `dvc plots`; the value is the last column, which
-    DVC takes as y. Metrics no system logged get no file. Returns the file names."""
+    DVC takes as y. A metric no system logged gets a file with the header alone, so that each
+    plot dvc.yaml names has its file (an empty plot, not an error). Returns the names of the
+    files with data."""
     written = []
     with atomic_dir(folder) as tmp:
         for metric in metrics:
@@ -87,4 +99,6 @@ def write_curve_files(curves: Mapping[str, Curve], metrics: Sequence[CurveMetric
             if frames:
                 pd.concat(frames, ignore_index=True).to_csv(tmp / f"{metric.key}.csv", index=False)
                 written.append(f"{metric.key}.csv")
+            else:
+                (tmp / f"{metric.key}.csv").write_text(f"step,system,questions,{metric.key}\n")
     return written

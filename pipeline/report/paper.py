@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.mlflow_ui import run_url
+from pipeline.mlflow_ui import experiment_link, run_link
 from pipeline.report import published as pub
 from pipeline.report import tables as t
 from pipeline.report.mlflow_runs import RunInfo
 from pipeline.report.results import Results
+from pipeline.systems import BY_NAME
 
 
 @dataclass
@@ -24,7 +25,9 @@ class Provenance:
     split_sizes: dict[str, int]
     model: dict[str, Any]
     protocol: dict[str, Any]  # runs, bootstrap draws, seed, confidence
-    runs: list[RunInfo] = field(default_factory=list)
+    runs: list[RunInfo] = field(default_factory=list)  # the runs the report read (training curves)
+    experiment: str = ""  # the MLflow experiment of the profile
+    stages: list[str] = field(default_factory=list)  # every stage of the DAG: one MLflow run each
     figures: list[str] = field(default_factory=list)  # paths relative to the report folder
     curves: list[str] = field(default_factory=list)  # systems with a training curve
     curve_files: list[str] = field(default_factory=list)  # under curves/, one per metric
@@ -68,8 +71,33 @@ def _section(title: str, body: str) -> str:
     return f"## {title}\n\n{body.strip()}\n"
 
 
-def _run_link(run: RunInfo) -> str:
-    return f"[`{run.run_id}`]({run_url(run.experiment_id, run.run_id)})" if run.experiment_id else f"`{run.run_id}`"
+def _runs_section(prov: Provenance) -> str:
+    """Every stage's MLflow run, linked by the experiment's and the run's names (never by an id,
+    which only one store knows): `make mlflow-ui` resolves each link to the newest run of the
+    stage (pipeline.mlflow_app)."""
+    if not prov.stages:
+        return "No stages given; no MLflow links."
+    curves = {r.name for r in prov.runs if r.kind == "training"}
+    rows = []
+    for stage in prov.stages:
+        kind, _, name = stage.partition("@")
+        label = BY_NAME[name].label if name in BY_NAME else ""
+        if kind == "train":
+            holds = f"{label}: the model" + (", and the training curves drawn above" if stage in curves else "")
+        elif kind == "evaluate":
+            holds = f"{label}: its evaluation's metrics and records"
+        else:
+            holds = {"report": "this report, its figures and files", "base_model": "the base model",
+                     "validate_splits": "the Data Docs of the splits", "index": "the retrieval index's figures",
+                     "validate_masks": "the Data Docs of the token masks"}.get(stage, "its params and figures")
+        rows.append(f"| [`{stage}`]({run_link(prov.experiment, stage)}) | {holds} |")
+    intro = (f"One run per stage in the MLflow experiment `{prov.experiment}` "
+             f"([all its runs]({experiment_link(prov.experiment)})), named after the stage. The links name the "
+             "experiment and the stage, not a run id, so they hold in any checkout: the server of `make mlflow-ui` "
+             "opens the newest run of that stage, and `make repro` makes sure every stage has one, also a stage "
+             "DVC did not run (its run then says so).")
+    table = "\n".join(["| stage (MLflow run) | what the run holds |", "|:---|:---|", *rows])  # text: left-aligned
+    return intro + "\n\n" + table
 
 
 def _figures(prov: Provenance) -> str:
@@ -124,10 +152,7 @@ def build_markdown(results: Results, prov: Provenance) -> str:
                      + "\n\n" + t.published_behaviour_note()),
         ]
     parts.append(_section("Figures and training dynamics", _figures(prov)))
-    run_rows = [[r.name, _run_link(r), r.system, r.kind] for r in prov.runs]
-    parts.append(_section("MLflow runs used",
-                          t.markdown((["run name", "run id", "system", "kind"], run_rows)) if run_rows
-                          else "No MLflow runs found for this profile."))
+    parts.append(_section("MLflow runs", _runs_section(prov)))
     if results.notes:
         parts.append(_section("Notes", t.md_list(results.notes)))
     return "\n".join(parts)
@@ -148,7 +173,7 @@ def _fallback_html(md: str) -> str:
     def flush() -> None:
         if table:
             cells = [[c.strip() for c in row.strip().strip("|").split("|")]
-                     for row in table if not row.startswith("|---")]
+                     for row in table if not re.fullmatch(r"\|[\s:|-]+\|", row.strip())]
             head = "".join(f"<th>{inline(c)}</th>" for c in cells[0])
             body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

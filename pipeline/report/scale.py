@@ -70,19 +70,27 @@ def scale_section(scale: Scale | None, profile: str, model: str, level: int, tar
                  + (f"; a paired gap of {_label(target)} against a baseline to within ±{scale.gap_half_width:.1f} "
                     f"points (median over {len(scale.compared)} baselines)." if scale.gap_half_width is not None
                     else "."))
+    testable = smallest >= resolution  # every published gap is larger than what this run resolves
     if scale.compared:
         named = ", ".join(_label(b) for b in scale.resolved) or "none"
-        lines.append(f"**Can show:** gaps of more than about {resolution:.1f} points. Here "
-                     f"{len(scale.resolved)} of {len(scale.compared)} gaps of {_label(target)} exclude zero: "
-                     f"{named}.")
+        can = (f"**Can show:** gaps of more than about {resolution:.1f} points. Here "
+               f"{len(scale.resolved)} of {len(scale.compared)} gaps of {_label(target)} exclude zero: {named}.")
     else:
-        lines.append(f"**Can show:** differences between two systems of more than about {resolution:.1f} points "
-                     f"(no paired gaps: {_label(target)} or its baselines lack records).")
-    verdict = ("below this resolution, so this run can neither confirm nor refute the paper's ordering"
-               if smallest < resolution else "within this resolution, so this run can test the paper's ordering")
-    lines.append(f"**Cannot show:** gaps smaller than about {resolution:.1f} points. The paper's gaps "
-                 f"({published} points) are {verdict}."
-                 + (f" At this spread, resolving the smallest ({smallest:.2f} points, vs {_label(smallest_name)}) "
-                    f"needs about {scale.questions_needed:,} test questions per system (intervals narrow as "
-                    f"1/sqrt(n))." if scale.questions_needed and smallest < resolution else ""))
+        can = (f"**Can show:** differences between two systems of more than about {resolution:.1f} points "
+               f"(no paired gaps: {_label(target)} or its baselines lack records).")
+    if testable:
+        can += (f" The paper's gaps ({published} points) are all larger than that, so this run can test the "
+                "paper's ordering.")
+    lines.append(can)
+    cannot = f"**Cannot show:** gaps smaller than about {resolution:.1f} points."
+    if testable:
+        cannot += " None of the paper's gaps is that small."
+    else:
+        cannot += (f" The paper's gaps ({published} points) include smaller ones, so this run can neither confirm "
+                   "nor refute the paper's ordering.")
+        if scale.questions_needed:
+            cannot += (f" At this spread, resolving the smallest ({smallest:.2f} points, vs {_label(smallest_name)}) "
+                       f"needs about {scale.questions_needed:,} test questions per system (intervals narrow as "
+                       "1/sqrt(n)).")
+    lines.append(cannot)
     return "\n".join(f"- {line}" for line in lines)

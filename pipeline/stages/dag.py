@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from pipeline.report.curves import CURVE_METRICS
 from pipeline.stages import STAGE_MODULES
 from pipeline.systems import BASE_WEIGHTS, SYSTEMS, TEACHER, TRAINED
 
@@ -212,10 +213,27 @@ STAGES: tuple[Stage, ...] = (
           metrics=({f"reports/{P}/metrics": dict(UNCACHED)},)),
 )
 
+# `dvc plots show`: one plot per file, each titled with what it shows and its own axis labels;
+# the templates (.dvc/plots/, pipeline.report.dvc_templates) colour each system with its colour.
 PLOTS = [
-    {f"reports/{P}/curves": {"x": "step", "template": "by_system"}},
-    {f"reports/{P}/plots": {"x": "value", "y": "system", "template": "intervals"}},
+    *({f"reports/{P}/curves/{m.key}.csv": {
+        "x": "step", "y": m.key, "template": "by_system", "title": f"{m.title}, one line per system",
+        "x_label": "training step", "y_label": m.unit or m.key}} for m in CURVE_METRICS),
+    {f"reports/{P}/plots/macro.csv": {
+        "x": "value", "y": "system", "template": "intervals",
+        "title": "Macro scores per system (ours), each with its bootstrap interval",
+        "x_label": "percent of test questions (point: the score; line: its interval)", "y_label": "system"}},
+    {f"reports/{P}/plots/gaps.csv": {
+        "x": "value", "y": "system", "template": "intervals",
+        "title": "Paired gaps: the target system minus each other system, macro score",
+        "x_label": "percentage points (point: the gap; line: its paired interval)", "y_label": "baseline system"}},
 ]
+
+
+def stage_names() -> list[str]:
+    """Every stage as DVC runs it, foreach groups expanded (`train@c_mas_rl`), in DAG order."""
+    return [name for stage in STAGES
+            for name in ([f"{stage.name}@{key}" for key in stage.foreach] if stage.foreach else [stage.name])]
 
 
 def _body(stage: Stage) -> dict:
@@ -266,6 +284,13 @@ def _wrap(text: str, width: int) -> list[str]:
     import textwrap
 
     return textwrap.wrap(text, width)
+
+
+def generated_files(root: Path = ROOT) -> dict[Path, str]:
+    """{path: text} of every file this module generates: dvc.yaml and the `dvc plots` templates."""
+    from pipeline.report.dvc_templates import template_files
+
+    return {root / "dvc.yaml": render(), **template_files(root)}
 
 
 def write(path: Path) -> Path:

@@ -68,7 +68,7 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
     with stage_run(sys_.eval_stage, params.profile,
                    {**eval_params, "system": system_name, "workflow": sys_.workflow,
                     "model_dir": model_dir.relative_to(root).as_posix()},
-                   tags={"system": system_name}, root=root) as mlf:
+                   tags=sys_.run_tags, root=root) as mlf:
         test_path = paths.split("test")
         questions = read_split(root, "test")
         backend = open_eval_backend(model_dir)

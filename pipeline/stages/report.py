@@ -26,15 +26,21 @@ def log_report(mlf: Any, folder: Path, metrics: Path) -> None:
             mlf.log_artifacts(str(folder / name), artifact_path=name)
 
 
+def log_report_metrics(mlf: Any, metrics: dict) -> None:
+    """Each system's macro figures of reports/metrics.json, as `<system>.macro_<measure>`."""
+    for name, values in metrics["systems"].items():
+        mlf.log_metrics({f"{name}.macro_{m.replace('@', '_at_')}": v
+                         for m, v in values["macro"].items() if v is not None})
+
+
 def run_report(params: Params, root: Path) -> dict:
     """Tables, figures, paper.md/html, main_table.tex and reports/metrics.json."""
     from pipeline.report.build import build_report
+    from pipeline.stages.dag import stage_names
 
     with stage_run("report", params.profile, {"target_system": params.common.eval.target_system}, root=root) as mlf:
-        out = build_report(params, root)
-        for name, values in out.metrics["systems"].items():
-            mlf.log_metrics({f"{name}.macro_{m.replace('@', '_at_')}": v
-                             for m, v in values["macro"].items() if v is not None})
+        out = build_report(params, root, stage_names())
+        log_report_metrics(mlf, out.metrics)
         mlf.log_metric("seconds", out.seconds)
         log_report(mlf, out.folder, out.metrics_path)
     return {"systems": len(out.results.present), "missing": out.results.missing, "curves": out.curves,

@@ -53,7 +53,7 @@ def run_train(params: Params, root: Path, name: str | None) -> dict:
     logged = {"system": target.name, "shared": params.train.shared.model_dump(),
               "train": getattr(params.train.systems, target.name).model_dump(),
               "optim": params.common.optim.model_dump(), "rewards": params.common.rewards.model_dump()}
-    with stage_run(target.train_stage, params.profile, logged, tags={"system": target.name}, root=root,
+    with stage_run(target.train_stage, params.profile, logged, tags=target.run_tags, root=root,
                    resume_run_id=found.meta.get(RUN_ID) if found else None) as mlf:
         curve = CurveLogger(mlf, every=None)
         if found:

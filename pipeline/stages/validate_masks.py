@@ -13,6 +13,7 @@ from pipeline.domain import WORKFLOWS
 from pipeline.errors import ValidationFailed
 from pipeline.io import write_parquet
 from pipeline.paths import Paths, audit_dir, model_dir
+from pipeline.run_artifacts import log_data_docs
 from pipeline.stages.inputs import open_policy, open_retriever, read_split
 from pipeline.systems import BASE_WEIGHTS
 from pipeline.tracking import stage_run
@@ -51,10 +52,11 @@ def run_validate_masks(params: Params, root: Path) -> dict:
         out = audit_dir(root, BASE_WEIGHTS)
         write_parquet(out / "samples.parquet", samples)
         write_parquet(out / "tokens.parquet", tokens)
-        outcome = validate_masks(samples, tokens, paths.reports(params.profile) / "data_docs" / "masks",
-                                 decode=backend.decode)
+        docs_dir = paths.reports(params.profile) / "data_docs" / "masks"
+        outcome = validate_masks(samples, tokens, docs_dir, decode=backend.decode)
         mlf.log_metrics({"success": float(outcome.success), "failures": len(outcome.failures),
                          "samples": len(samples), "tokens": len(tokens)})
+        log_data_docs(mlf, docs_dir)
     if not outcome.success:
         raise ValidationFailed("validate_masks", outcome.failures)
     return {"samples": len(samples), "tokens": len(tokens), "success": True}

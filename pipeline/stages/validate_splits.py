@@ -9,8 +9,19 @@ from pipeline.config import Params
 from pipeline.errors import ValidationFailed
 from pipeline.io import write_json
 from pipeline.paths import Paths
+from pipeline.run_artifacts import log_data_docs
 from pipeline.stages.inputs import read_split
 from pipeline.tracking import stage_run
+
+
+def log_validation(mlf, summary: Path, docs_dir: Path) -> None:
+    """The outcome (metrics success and failures, the summary file) and the Data Docs site."""
+    import json
+
+    outcome = json.loads(summary.read_text())
+    mlf.log_metrics({"success": float(outcome["success"]), "failures": len(outcome["failures"])})
+    mlf.log_artifact(str(summary))
+    log_data_docs(mlf, docs_dir)
 
 
 def run_validate_splits(params: Params, root: Path) -> dict:
@@ -30,9 +41,7 @@ def run_validate_splits(params: Params, root: Path) -> dict:
         summary = {"success": outcome.success, "failures": outcome.failures, "results": results}
         out = paths.validation / "splits.json"
         write_json(out, summary)
-        mlf.log_metric("success", float(outcome.success))
-        mlf.log_metric("failures", len(outcome.failures))
-        mlf.log_artifact(str(out))
+        log_validation(mlf, out, docs_dir)
     if not outcome.success:
         raise ValidationFailed("validate_splits", outcome.failures)
     return {"success": True}

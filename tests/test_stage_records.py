@@ -1,0 +1,102 @@
+"""Every stage has an MLflow run of the state dvc.lock holds for it, whether or not DVC ran it
+(pipeline/stages/records.py): a run begun during the `dvc repro` is tagged with the state, a
+stage DVC skipped or restored gets a run of its own that says so, and a second call adds nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from pipeline.config import load_params
+from pipeline.stages.records import OUTCOME_TAG, STATE_TAG, dvc_state, record_runs
+from pipeline.tracking import experiment_name, stage_run
+
+from .conftest import REPO_ROOT
+
+LOCK = {
+    "splits": {"cmd": "python -m pipeline run splits", "params": {"params.yaml": {"ci.data.seed": 3}},
+               "outs": [{"path": "data/splits", "md5": "aaa.dir"}]},
+    "corpus": {"cmd": "python -m pipeline run corpus", "outs": [{"path": "data/corpus", "md5": "bbb.dir"}]},
+    "report": {"cmd": "python -m pipeline run report", "outs": [{"path": "reports/metrics.json", "md5": "ccc"}]},
+}
+
+
+@pytest.fixture()
+def repo(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
+    monkeypatch.setenv("MAOPD_GIT_COMMIT", "c0ffee")
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": LOCK}))
+    return tmp_path
+
+
+@pytest.fixture()
+def params():
+    return load_params(REPO_ROOT / "params.yaml", profile="ci")
+
+
+def _runs(repo) -> dict[str, list]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    experiment = client.get_experiment_by_name(experiment_name("ci"))
+    out: dict[str, list] = {}
+    for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"]):
+        out.setdefault(run.info.run_name, []).append(run)
+    return out
+
+
+def test_a_stage_dvc_did_not_run_gets_a_run_that_says_so(repo, params):
+    done = {r.stage: r.action for r in record_runs(params, repo)}
+    assert done == {"splits": "recorded", "corpus": "recorded", "report": "recorded"}
+    runs = _runs(repo)
+    assert set(runs) == set(LOCK) and all(len(v) == 1 for v in runs.values())  # named after the stage
+    splits = runs["splits"][0]
+    assert splits.data.tags[STATE_TAG] == dvc_state(LOCK["splits"])
+    assert splits.data.tags[OUTCOME_TAG].startswith("not run")
+    assert splits.data.tags["stage"] == "splits" and splits.data.params["ci.data.seed"] == "3"
+    assert "data/splits (md5 aaa.dir)" in splits.data.tags["mlflow.note.content"]
+    # the report's outputs are not in this folder: the run is still recorded, and says so
+    assert "not in this checkout" in runs["report"][0].data.tags["mlflow.note.content"]
+
+
+def test_a_second_call_adds_nothing_and_a_new_state_adds_a_run(repo, params):
+    record_runs(params, repo)
+    assert {r.action for r in record_runs(params, repo)} == {"present"}
+    assert sum(len(v) for v in _runs(repo).values()) == 3
+    changed = {**LOCK, "splits": {**LOCK["splits"], "outs": [{"path": "data/splits", "md5": "ddd.dir"}]}}
+    (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": changed}))
+    assert {r.stage: r.action for r in record_runs(params, repo)}["splits"] == "recorded"
+    assert len(_runs(repo)["splits"]) == 2
+
+
+def test_the_run_a_stage_opened_during_the_repro_is_tagged_not_duplicated(repo, params):
+    with stage_run("corpus", "ci", root=repo):
+        pass  # an earlier repro's run: not the one that made this state
+    since = time.time()
+    time.sleep(0.01)
+    with stage_run("splits", "ci", root=repo) as mlf:
+        ran = mlf.active_run().info.run_id
+    done = {r.stage: (r.action, r.run_id) for r in record_runs(params, repo, since=since)}
+    assert done["splits"] == ("tagged", ran)
+    assert done["corpus"][0] == "recorded"  # its only run began before this repro
+    splits = _runs(repo)["splits"]
+    assert len(splits) == 1 and splits[0].data.tags[OUTCOME_TAG] == "ran"
+    assert splits[0].data.tags[STATE_TAG] == dvc_state(LOCK["splits"])
+
+
+def test_the_outcome_of_each_stage_can_be_named(repo, params):
+    record_runs(params, repo, stages=["splits=restored", "corpus=skipped"])
+    runs = _runs(repo)
+    assert set(runs) == {"splits", "corpus"}
+    assert "run cache" in runs["splits"][0].data.tags[OUTCOME_TAG]
+    assert "up to date" in runs["corpus"][0].data.tags[OUTCOME_TAG]
+
+
+def test_a_stage_missing_from_dvc_lock_is_an_input_error(repo, params):
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match="no dvc.lock entry for index"):
+        record_runs(params, repo, stages=["index"])
