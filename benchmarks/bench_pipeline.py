@@ -4,7 +4,7 @@ a no-op `dvc repro`.
 
     python benchmarks/bench_pipeline.py [--profile tiny] [--keep DIR] [--targets STAGE ...]
 
-`--targets validate_splits index` times the foundation stages alone (issue 2's check).
+`--targets validate_splits index` times the foundation stages alone.
 
 Targets (tiny): every stage < 4 GB peak RSS; base_model <= 240 s; each training stage
 <= 120 s; splits + corpus + validate_splits + index <= 180 s; the whole run <= 1200 s;

@@ -158,7 +158,7 @@ def test_load_raw_dir_on_linked_real_files(tmp_path):
 @pytest.mark.real_data
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
 def test_real_nq_as_verl_rows_with_a_joined_ground_truth_keeps_every_alias(tmp_path, suffix):
-    # the layout of issue 15: reward_model.ground_truth = ", ".join(answers), the list in extra_info.answer
+    # the verl parquet layout: reward_model.ground_truth = ", ".join(answers), the list in extra_info.answer
     source = json.loads(real("qa/nq_test.json").read_text(encoding="utf-8"))
     rows = [verl_row(r["question"], r["answer"], i, joined=True) for i, r in enumerate(source)]
     df = load_qa_file(write_rows(tmp_path / f"nq{suffix}", rows), "nq", "test")

@@ -215,7 +215,7 @@ def test_compute_rewards_prompted_critic_and_outcome_rl_modes():
     s, t = _hierarchy_batch()
     critic = compute_rewards(s, t, "prompted_critic", REWARDS).set_index("sample_id")
     assert critic.loc["q1/t0/c1", "reward"] == pytest.approx(0.5 + 0.5 * 4 / 10)
-    # The Prompted Critic keeps OPD's Leader objective, KL to the Stage-I Teacher included (issue 13.7)
+    # The Prompted Critic keeps OPD's Leader objective, KL to the Stage-I Teacher included (docs/method.md §5.4)
     kl = critic.loc["q1/t0/c0", "kl_to_teacher"]
     assert kl == pytest.approx(_kl(s, t, "q1/t0/c0"))
     assert critic.loc["q1/t0/c0", "reward"] == pytest.approx(0.9 + 0.1 * 2 / 6 - 1e-3 * kl)
