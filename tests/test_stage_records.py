@@ -62,6 +62,15 @@ def test_a_stage_dvc_did_not_run_gets_a_run_that_says_so(repo, params):
     assert "not in this checkout" in runs["report"][0].data.tags["mlflow.note.content"]
 
 
+def test_an_entry_of_a_stage_dvc_yaml_no_longer_has_gets_no_run(repo, params):
+    """DVC keeps the dvc.lock entry of a renamed stage (`teacher` before it was `train@c_mas_rl`)."""
+    stale = {**LOCK, "teacher": {"cmd": "python -m pipeline run teacher",
+                                 "outs": [{"path": "data/models/teacher", "md5": "ddd.dir"}]}}
+    (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stale}))
+    assert {r.stage for r in record_runs(params, repo)} == set(LOCK)
+    assert "teacher" not in _runs(repo)
+
+
 def test_a_second_call_adds_nothing_and_a_new_state_adds_a_run(repo, params):
     record_runs(params, repo)
     assert {r.action for r in record_runs(params, repo)} == {"present"}

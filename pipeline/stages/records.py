@@ -57,10 +57,15 @@ class Recorded:
 
 
 def lock_entries(root: Path) -> dict[str, dict]:
+    """dvc.lock's entries of the stages dvc.yaml defines. DVC keeps the entry of a stage that
+    was renamed or removed; such an entry has no stage, and gets no run."""
+    from pipeline.stages.dag import stage_names
+
     path = root / "dvc.lock"
     if not path.is_file():
         raise InputError(f"{path}: no dvc.lock; run `dvc repro` first")
-    return dict((yaml.safe_load(path.read_text()) or {}).get("stages") or {})
+    entries = (yaml.safe_load(path.read_text()) or {}).get("stages") or {}
+    return {name: entries[name] for name in stage_names() if name in entries}
 
 
 def dvc_state(entry: dict) -> str:
