@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-GPU_STAGE_PREFIXES = ("base_model", "validate_masks", "train", "evaluate")
+GPU_STAGE_PREFIXES = ("base_model", "validate_masks", "stage2_start", "train", "evaluate")
 
 
 def stage_graph(root: Path) -> dict[str, list[str]]:
