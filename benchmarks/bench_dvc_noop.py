@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,16 +28,17 @@ BLOCK_C_PARSER = "raise ImportError('the C parser is switched off by bench_dvc_n
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """(seconds, peak RSS MB of the child) of one command that must succeed."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(seconds, peak RSS MB of this child alone) of one command that must succeed."""
     began = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - began
-    if proc.returncode != 0:
-        sys.exit(f"error: {' '.join(cmd)} failed in {cwd}:\n{proc.stdout}{proc.stderr}")
-    if cmd[1] == "repro" and "up to date" not in proc.stdout:
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"error: {' '.join(cmd)} failed in {cwd}:\n{output}")
+    if cmd[1] == "repro" and "up to date" not in output:
         sys.exit(f"error: {cwd}: `dvc repro` had work to do; run `make repro` there first")
-    return seconds, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+    return seconds, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -74,7 +74,7 @@ def main() -> None:
                   "collect_stages", "_reproduce_stage", "stage/__init__.py:360(changed)")
         rows = [(f"{Path(key[0]).name}:{key[1]}({key[2]})", value[3], value[0])
                 for key, value in stats.stats.items()
-                if any(w in f"{key[0]}:{key[1]}({key[2]})" or w == key[2] for w in wanted)]
+                if any(w in f"{key[0]}:{key[1]}({key[2]})" for w in wanted)]
         for name, cumulative, calls in sorted(rows, key=lambda r: -r[1]):
             print(f"  {name:<44} {cumulative:6.2f} s  {calls:5d} calls")
         print(f"  {'total':<44} {stats.total_tt:6.2f} s")

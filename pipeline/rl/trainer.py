@@ -336,10 +336,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
             log_fn(step, metrics)
 
     workflow = trained_system(cfg.system).workflow
-    if inputs.start is not None:
-        contexts = inputs.start.contexts
-    else:
-        contexts = reference_contexts(cfg.dev, inputs)
+    contexts = inputs.start.contexts if inputs.start is not None else reference_contexts(cfg.dev, inputs)
     if start == 0:
         log(0, dict(inputs.start.metrics) if inputs.start is not None else
             dev_evaluate(cfg.dev, workflow, inputs, contexts))
