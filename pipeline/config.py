@@ -88,7 +88,6 @@ class RewardParams(_Strict):
     assign_weight: float = Field(ge=0, le=1)
     c_tool_cap: int = Field(gt=0)
     kl_coef: float = Field(ge=0)
-    opd_beta: float = Field(gt=0)
     critic_em_weight: float = Field(ge=0, le=1)
     malformed_reward: float
 
@@ -240,6 +239,10 @@ class TrainShared(_Strict):
     checkpoint_every: int = Field(gt=0)
     audit_every: int = Field(gt=0)  # steps between audit tables (also at step 0)
     judge_max_new_tokens: int = Field(gt=0)  # Prompted Critic judge (greedy)
+    opd_beta: float = Field(gt=0)  # the Searcher's OPD advantage scale (docs/method.md §5.3)
+    # which GRPO groups count as tied, so get advantage 0: equal rewards ("reward", verl's GRPO) or
+    # equal outcomes before the assignment bonus and the KL term ("outcome"; pipeline.rl.rewards)
+    tie_on: Literal["reward", "outcome"]
     rollout: RolloutParams
 
 

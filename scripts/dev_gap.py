@@ -1,12 +1,14 @@
 """Paired dev gaps of trained models to a reference model, for choosing training sizes on dev.
 
-Scores every model (cascade workflow) on all dev questions x 4 runs with one eval seed, so the
-models share their random numbers (common random numbers, as the test evaluation does), then
-prints each model's macro avg@4 gap to the first one with its paired bootstrap 95% interval.
-Each model's records go under OUT/<label> (evaluate_system's shards). Dev only: it decides
-nothing on test.
+Scores every model in one workflow (cascade: the Teacher's; hierarchy: the Stage-II systems') on
+all dev questions x 4 runs with one eval seed, so the models share their random numbers (common
+random numbers, as the test evaluation does), then prints each model's EM, searches per workflow
+and forced-answer share, and its macro avg@4 gap to the first one with its paired bootstrap 95%
+interval. Each model's records go under OUT/<label> (evaluate_system's shards; a rerun resumes).
+Dev only: it decides nothing on test.
 Run from the repo root, after `make repro` (or in a clone that has data/splits and data/index):
     python scripts/dev_gap.py OUT base=data/models/base t32=data/models/teacher [label=model ...]
+    python scripts/dev_gap.py --workflow hierarchy OUT base=data/models/base opd=data/models/multiagent_opd
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from pipeline.eval.run import evaluate_system
 from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
 
 RUNS, SEED, DRAWS, SHARD = 4, 1, 4000, 32
+WORKFLOWS = ("cascade", "hierarchy")
 
 
-def main(out: Path, models: list[tuple[str, Path]]) -> None:
+def main(out: Path, models: list[tuple[str, Path]], workflow: str = "cascade") -> None:
     if len(models) < 2:
         raise InputError("dev_gap: give OUT and at least two label=model_dir arguments (the first is the reference)")
     for _, model in models:
@@ -41,31 +44,38 @@ def main(out: Path, models: list[tuple[str, Path]]) -> None:
     for label, model in models:
         start = time.perf_counter()
         r = evaluate_system(dev, open_eval_backend(model), retriever, cfg, RUNS, SHARD, out / label, SEED,
-                            system=label, workflow="cascade", progress=False).records
+                            system=label, workflow=workflow, progress=False).records
         records.append(r)
         print(f"{label} ({model}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
-              f"{r['search_actions'].mean():.2f} searches per workflow "
+              f"{r['search_actions'].mean():.2f} searches per workflow, "
+              f"forced answers {100 * r['forced_answer'].astype(float).mean():.1f}% "
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     reference = models[0][0]
-    print(f"dev ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to {reference}, "
-          f"paired bootstrap 95% interval")
+    print(f"dev, {workflow} ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to "
+          f"{reference}, paired bootstrap 95% interval")
     for label, _ in models[1:]:
         gap = paired_bootstrap(scores, reference, label, draws=DRAWS, seed=0, level=0.95)
         print(f"  {label} - {reference}: {gap['diff']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}]")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
-def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path]]]:
+def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path]], str]:
+    workflow = "cascade"
+    if args[:1] == ["--workflow"]:
+        if len(args) < 2 or args[1] not in WORKFLOWS:
+            raise InputError(f"dev_gap: --workflow: expected one of {', '.join(WORKFLOWS)}")
+        workflow, args = args[1], args[2:]
     if not args:
-        raise InputError("dev_gap: usage: python scripts/dev_gap.py OUT label=model_dir label=model_dir ...")
+        raise InputError("dev_gap: usage: python scripts/dev_gap.py [--workflow cascade|hierarchy] OUT "
+                         "label=model_dir label=model_dir ...")
     models = []
     for arg in args[1:]:
         label, sep, model = arg.partition("=")
         if not sep or not label or not model:
             raise InputError(f"dev_gap: argument {arg!r}: expected label=model_dir")
         models.append((label, Path(model)))
-    return Path(args[0]), models
+    return Path(args[0]), models, workflow
 
 
 if __name__ == "__main__":

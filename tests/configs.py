@@ -11,6 +11,8 @@ from tests.conftest import REPO_ROOT
 
 PARAMS = load_params(REPO_ROOT / "params.yaml", profile="ci")
 REWARDS = PARAMS.common.rewards
+OPD_BETA = PARAMS.train.shared.opd_beta
+TIE_ON = PARAMS.train.shared.tie_on
 OPTIM = PARAMS.common.optim
 _PROTOCOL = PARAMS.common.protocol
 

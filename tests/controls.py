@@ -29,7 +29,7 @@ from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.logprobs import pack_prompt_response, response_kl
 from pipeline.rl.train_params import TrainConfig
 from pipeline.rl.trainer import Batch, TrainInputs, collect_batch, make_optimizer, ppo_update
-from tests.configs import OPTIM, REWARDS, workflow_cfg
+from tests.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
 from tests.fakes import FakeRetriever, role_of
 
 Choices = Callable[[str], Sequence[str]]  # decoded context -> candidate completions
@@ -87,7 +87,7 @@ def control_config(mode: str, *, lr: float, questions: int = 4, trajectories: in
         trajectories_per_question=trajectories,
         lr=lr, entropy_coef=0.0, eval_every=1_000, dev_questions=1, checkpoint_every=1_000, audit_every=1_000,
         judge_max_new_tokens=8, rollout=cfg, dev_rollout=replace(cfg, n_candidates=1), optim=OPTIM, rewards=REWARDS,
-        reference_seed=0,
+        reference_seed=0, opd_beta=OPD_BETA, tie_on=TIE_ON,
     )
 
 

@@ -21,10 +21,10 @@ from pipeline.rl.advantages import (
 from pipeline.rl.batch import unpad
 from pipeline.rl.rewards import compute_rewards
 from pipeline.systems import BY_NAME as MODES
-from tests.configs import REWARDS
+from tests.configs import OPD_BETA, REWARDS
 
 EPS = 1e-6
-BETA = REWARDS.opd_beta
+BETA = OPD_BETA
 
 
 def grpo_by_hand(rewards: list[float]) -> list[float]:
@@ -255,3 +255,54 @@ def test_registered_estimator_in_float32_keeps_equal_groups_at_zero():
     ids = samples["sample_id"].to_numpy(dtype=object)
     assert unpad(tokens, ids, adv) == pytest.approx(table["advantage"].to_numpy(), abs=1e-5)
     assert adv.dtype == torch.float32
+
+
+def _tied_leader_batch() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Question q1: three trajectories with equal R_EM whose rewards differ by the assignment
+    bonus and KL; question q2: R_EM differs."""
+    rows = [srow("q1/t0/c0", "leader", "q1/t0", 0.9 + 0.1 * 2 / 6 - 1e-3, r_em=1.0, outcome=1.0),
+            srow("q1/t1/c0", "leader", "q1/t1", 0.9 + 0.1 * 5 / 6 - 2e-3, r_em=1.0, outcome=1.0),
+            srow("q1/t2/c0", "leader", "q1/t2", 0.9 + 0.1 * 1 / 6, r_em=1.0, outcome=1.0),
+            srow("q2/t0/c0", "leader", "q2/t0", 0.9 + 0.1 * 2 / 6, r_em=1.0, outcome=1.0),
+            srow("q2/t1/c0", "leader", "q2/t1", 0.1 * 3 / 6, r_em=0.0, outcome=0.0)]
+    s = pd.DataFrame(rows)
+    tok = pd.DataFrame([r for sid in s["sample_id"] for r in trows(sid, "leader", [1, 1])])
+    return s, tok
+
+
+def test_tie_on_outcome_zeroes_groups_tied_before_bonus_and_kl():
+    s, tok = _tied_leader_batch()
+    by_reward = compute_advantages(s, tok, "ablation_no_searcher_supervision", BETA, "reward")
+    by_outcome = compute_advantages(s, tok, "ablation_no_searcher_supervision", BETA, "outcome")
+    q1 = [f"q1/t{k}/c0" for k in range(3)]
+    # on rewards, bonus and KL noise become advantages of about +-1 in a group tied on R_EM
+    assert max(abs(adv_of(by_reward, sid)[0]) for sid in q1) > 0.5
+    assert all(adv_of(by_outcome, sid) == [0.0, 0.0] for sid in q1)
+    # a group whose outcomes differ keeps verl's GRPO advantages of its rewards under both rules
+    expected = grpo_by_hand([0.9 + 0.1 * 2 / 6, 0.1 * 3 / 6])
+    for sid, value in zip(["q2/t0/c0", "q2/t1/c0"], expected):
+        assert adv_of(by_outcome, sid) == pytest.approx([value, value]) == adv_of(by_reward, sid)
+
+
+def test_tie_on_outcome_needs_the_outcome_column_and_a_known_rule():
+    s, tok = _tied_leader_batch()
+    with pytest.raises(InputError, match="samples.outcome"):
+        compute_advantages(s.drop(columns="outcome"), tok, "ablation_no_searcher_supervision", BETA, "outcome")
+    with pytest.raises(InputError, match="tie_on: expected one of"):
+        compute_advantages(s, tok, "ablation_no_searcher_supervision", BETA, "sign")
+    # "reward" reads no outcome: tables from before the column still work
+    compute_advantages(s.drop(columns="outcome"), tok, "ablation_no_searcher_supervision", BETA, "reward")
+
+
+def test_diagnostics_show_ties_broken_by_bonus_and_kl():
+    from pipeline.rl.diagnostics import advantage_diagnostics
+    from pipeline.systems import trained_system
+
+    s, tok = _tied_leader_batch()
+    s = s.assign(n_search=0)
+    system = trained_system("ablation_no_searcher_supervision")
+    for tie_on, zero in (("reward", 0.0), ("outcome", 0.5)):
+        out = compute_advantages(s, tok, system, BETA, tie_on)
+        d = advantage_diagnostics(s, out, system, tie_on)
+        assert d["tied_groups_leader"] == 0.5  # q1 of {q1, q2} is tied on R_EM
+        assert d["zero_adv_groups_leader"] == zero

@@ -298,16 +298,12 @@ def _expected(w, field: str) -> tuple[str, str, float]:
         "critic_em_weight": ("prompted_critic", "q1/t0/c1",
                              w.critic_em_weight * 1.0 + (1 - w.critic_em_weight) * 4.0 / 10),
         "kl_coef": ("multiagent_opd", "q1/t0/c9/k0", 1.0 - w.kl_coef * answerer_kl),
-        # the Searcher's OPD advantage, first token
-        "opd_beta": ("multiagent_opd", "q1/t0/c1", w.opd_beta * (-0.5 + 1.0)),
     }[field]
 
 
 @pytest.mark.parametrize("field", list(type(REWARDS).model_fields))
 def test_every_reward_number_is_read_from_the_params(field):
-    """Change one number of common.rewards: the reward (or OPD advantage) moves exactly as the formula says."""
-    from pipeline.rl.advantages import compute_advantages
-
+    """Change one number of common.rewards: the reward moves exactly as the formula says."""
     current = getattr(REWARDS, field)
     bumped = REWARDS.model_copy(update={field: (current + 1 if isinstance(current, int) else current * 0.5 + 0.01)
                                         if field != "c_tool_cap" else 1})
@@ -315,10 +311,29 @@ def test_every_reward_number_is_read_from_the_params(field):
         mode, sample_id, expected = _expected(weights, field)
         s, t = _stage1_batch() if mode == "c_mas_rl" else _hierarchy_batch()
         out = compute_rewards(s, t, mode, weights)
-        if field == "opd_beta":
-            got = compute_advantages(out, t, mode, weights.opd_beta)
-            value = got.loc[(got["sample_id"] == sample_id) & (got["pos"] == 0), "advantage"].iloc[0]
-        else:
-            value = out.set_index("sample_id").loc[sample_id, "reward"]
+        value = out.set_index("sample_id").loc[sample_id, "reward"]
         assert value == pytest.approx(expected, abs=1e-12), (field, weights)
     assert _expected(bumped, field)[2] != pytest.approx(_expected(REWARDS, field)[2])
+
+
+def test_outcome_is_the_reward_before_bonus_and_kl():
+    """samples.outcome: the Leader's R_EM (malformed -1) without the assignment bonus; every other
+    role's reward before the KL term."""
+    from pipeline.rl.rewards import tie_outcome
+
+    s = pd.DataFrame([
+        srow("a0", "leader", "q1/t0", c_tool=4, r_em=1.0), srow("b0", "leader", "q1/t1", c_tool=1, r_em=0.0),
+        srow("c0", "leader", "q1/t2", c_tool=2, r_em=1.0), srow("c1", "leader", "q1/t2", c_tool=2, r_em=1.0,
+                                                                  malformed=True),
+    ])
+    out = tie_outcome(leader_reward(s, REWARDS), REWARDS)
+    assert out["outcome"].tolist() == [1.0, 0.0, -1.0, -1.0]
+    assert out["reward"].tolist()[:2] == pytest.approx([0.9 + 0.1 * 4 / 6, 0.1 * 1 / 6])
+
+    s, t = _hierarchy_batch()
+    out = compute_rewards(s, t, "multiagent_opd", REWARDS).set_index("sample_id")
+    assert out.loc["q1/t0/c0", "outcome"] == 1.0  # R_EM, not 0.9 + bonus - KL
+    assert out.loc[["q1/t0/c9/k0", "q1/t0/c9/k1"], "outcome"].tolist() == [1.0, 0.0]  # c_ij, no KL
+    assert math.isnan(out.loc["q1/t0/c1", "outcome"])  # OPD Searchers: no scalar reward
+    critic = compute_rewards(s, t, "prompted_critic", REWARDS).set_index("sample_id")
+    assert critic.loc["q1/t0/c1", "outcome"] == critic.loc["q1/t0/c1", "reward"]  # no KL on Searchers

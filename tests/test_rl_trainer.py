@@ -34,7 +34,7 @@ from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.rl.train_params import TrainConfig
 from pipeline.rl.trainer import TrainInputs, train
-from tests.configs import OPTIM, REWARDS, workflow_cfg
+from tests.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
 from tests.fakes import DEFAULT_PASSAGES, FakeRetriever, TeamScript
 
 # --------------------------------------------------------------------------- shared helpers
@@ -106,6 +106,7 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
         entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
         judge_max_new_tokens=8, rollout=rollout, dev_rollout=replace(rollout, n_candidates=1),
         optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS, reference_seed=11,
+        opd_beta=OPD_BETA, tie_on=TIE_ON,
     )
     values.update(overrides)
     return TrainConfig(**values)

@@ -54,7 +54,7 @@ from pipeline.verl_agent.loop import AGENT_NAME
 from pipeline.verl_agent.outputs import SAMPLE_KEY, SOURCE_KEY, TEACHER_KEY, Row, fit_lengths, tables_from_outputs
 from pipeline.verl_agent.seeds import PerEntrySeedBackend, trajectory_seed
 from pipeline.verl_agent.server import ServerError, ServerManagerBackend
-from tests.configs import OPTIM, REWARDS, workflow_cfg
+from tests.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
 from tests.fake_sglang import serve_backend
 from tests.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, tiny_model, tiny_tokenizer
@@ -72,7 +72,8 @@ def settings(system: str, sampled: bool = False, **rollout) -> TrainConfig:
                        trajectories_per_question=1, lr=1e-4, entropy_coef=0.0, eval_every=1, dev_questions=1,
                        checkpoint_every=1, audit_every=1, judge_max_new_tokens=8, rollout=cfg,
                        dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
-                       optim=OPTIM, rewards=REWARDS, reference_seed=0)
+                       optim=OPTIM, rewards=REWARDS, reference_seed=0,
+                       opd_beta=OPD_BETA, tie_on=TIE_ON)
 
 
 QUESTIONS = [
@@ -159,7 +160,7 @@ def reference_batch(policy, teacher, team: TrainConfig, n_traj: int) -> tuple[pd
     if MODES[team.system].training.teacher:
         tokens = score_with_teacher(samples, tokens, teacher)
     samples = compute_rewards(samples, tokens, team.system, team.rewards)
-    return samples, compute_advantages(samples, tokens, team.system, team.rewards.opd_beta)
+    return samples, compute_advantages(samples, tokens, team.system, team.opd_beta)
 
 
 def assert_tables_equal(got, want) -> None:

@@ -65,7 +65,7 @@ def test_stage_config_has_the_paper_numbers(paper, key):
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
     # numbers our code applies inside verl, from params.yaml: 5 minibatch updates, KL 1e-3
-    assert (tc.optim.n_minibatches, tc.rewards.kl_coef, tc.rewards.opd_beta) == (5, 1e-3, 0.01)
+    assert (tc.optim.n_minibatches, tc.rewards.kl_coef, tc.opd_beta, tc.tie_on) == (5, 1e-3, 0.01, "reward")
     assert cfg.algorithm.adv_estimator == "multiagent_opd" and not cfg.algorithm.use_kl_in_reward
     assert not cfg.actor_rollout_ref.actor.use_kl_loss
     assert cfg.algorithm.rollout_correction.bypass_mode  # pi_old = the sampling log-probs
@@ -143,8 +143,13 @@ def test_launch_refuses_missing_services_and_other_profiles(paper, repo_root, tm
         build_launch(paper, tmp_path, "prompted_critic", retriever_url="http://r", teacher_url="http://t")
     build_launch(paper, tmp_path, "c_mas_rl", retriever_url="http://r")  # Stage I has no Teacher yet
     tiny = load_params(repo_root / "params.yaml", profile="tiny")
-    with pytest.raises(InputError, match="disagrees with params.yaml"):
+    with pytest.raises(InputError, match="tiny.train.shared.tie_on is 'outcome'"):  # verl ties on rewards only
         build_launch(tiny, tmp_path, "multiagent_opd", **URLS)
+    shared = tiny.train.shared.model_copy(update={"tie_on": "reward"})
+    active = tiny.active.model_copy(update={"train": tiny.train.model_copy(update={"shared": shared})})
+    tiny_on_rewards = tiny.model_copy(update={"active": active})
+    with pytest.raises(InputError, match="disagrees with params.yaml"):
+        build_launch(tiny_on_rewards, tmp_path, "multiagent_opd", **URLS)
 
 
 def _splits(root: Path) -> None:
@@ -203,7 +208,7 @@ def test_cli_prints_the_command_and_fails_on_the_tiny_profile(repo_root, capsys)
             and "trainer.val_before_train=false" in out)
     assert main(["--params", params, "--profile", "tiny", "train-verl", "multiagent_opd",
                  "--teacher-url", "http://t"]) == 2
-    assert "disagrees with params.yaml" in capsys.readouterr().err
+    assert "tie_on is 'outcome'" in capsys.readouterr().err  # the first refusal: verl ties on rewards only
 
 
 def test_plugin_registers_our_pieces_inside_verl(repo_root, tmp_path):

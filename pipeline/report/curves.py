@@ -41,8 +41,11 @@ CURVE_METRICS: tuple[CurveMetric, ...] = (
                 "share of batch trajectories"),
     CurveMetric("searcher_kl_sampled", "Training Searcher KL to its Teacher (sampled tokens)", BATCH,
                 "KL, nats per token"),
-    *(CurveMetric(f"zero_adv_groups_{role}", f"{role.capitalize()}: GRPO groups with zero advantage", BATCH,
-                  "share of groups") for role in ROLES if "grpo" in _TRAINED_AS[role]),
+    *(metric for role in ROLES if "grpo" in _TRAINED_AS[role] for metric in (
+        CurveMetric(f"zero_adv_groups_{role}", f"{role.capitalize()}: GRPO groups with zero advantage", BATCH,
+                    "share of groups"),
+        CurveMetric(f"tied_groups_{role}", f"{role.capitalize()}: GRPO groups tied on the outcome", BATCH,
+                    "share of groups"))),
     *(CurveMetric(f"abs_adv_{role}_{kind}", f"{role.capitalize()}: mean |advantage| ({kind.upper()})", BATCH,
                   "mean |advantage| per loss token") for role in ROLES for kind in ("grpo", "opd")
       if kind in _TRAINED_AS[role]),

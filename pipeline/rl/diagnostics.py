@@ -2,7 +2,9 @@
 from a reference Teacher on fixed dev contexts.
 
 `advantage_diagnostics` reads one batch's tables after the advantages: per role, the share of
-GRPO groups whose advantages are all exactly 0 (tied rewards: no signal), and the mean
+GRPO groups whose advantages are all exactly 0 (no signal) beside the share tied on the outcome
+(samples.outcome: equal outcomes before the assignment bonus and the KL term; where the first
+share is the smaller, bonuses or KL noise break ties), and the mean
 |advantage| over the role's loss tokens, named by how the role is trained (grpo or opd);
 the sampled Searcher KL to the Teacher (token mean of old - teacher over scored Searcher loss
 tokens) and the batch's no-search share.
@@ -23,18 +25,21 @@ import torch
 
 from pipeline.agents.trajectory import Rollout
 from pipeline.policy.logprobs import pack_prompt_response, response_kl
-from pipeline.rl.advantages import grpo_unit_advantage, grpo_units
+from pipeline.rl.advantages import grpo_unit_advantage, grpo_units, tied_groups, unit_tie
 from pipeline.systems import System
 
 
-def advantage_diagnostics(samples: pd.DataFrame, tokens: pd.DataFrame, system: System) -> dict[str, float]:
+def advantage_diagnostics(samples: pd.DataFrame, tokens: pd.DataFrame, system: System,
+                          tie_on: str = "reward") -> dict[str, float]:
     out: dict[str, float] = {}
     role_of = samples.set_index("sample_id")["role"]
     token_role = tokens["sample_id"].map(role_of).to_numpy()
     on_loss = tokens["loss_mask"].to_numpy() > 0
     advantage = np.abs(tokens["advantage"].to_numpy(dtype=np.float64))
     units = grpo_units(samples, system)
-    unit_adv = grpo_unit_advantage(units.reward, units.group) if len(units.reward) else np.zeros(0)
+    unit_adv = grpo_unit_advantage(units.reward, units.group, unit_tie=unit_tie(units, tie_on)) \
+        if len(units.reward) else np.zeros(0)
+    tied = tied_groups(units.outcome, units.group)
     for role, policy in system.roles.items():
         on = on_loss & (token_role == role)
         if policy.kind != "none" and on.any():
@@ -44,6 +49,8 @@ def advantage_diagnostics(samples: pd.DataFrame, tokens: pd.DataFrame, system: S
             if mine.any():
                 zero = pd.Series(unit_adv[mine] == 0.0).groupby(units.group[mine]).all()
                 out[f"zero_adv_groups_{role}"] = float(zero.mean())
+                if not np.isnan(units.outcome[mine]).any():
+                    out[f"tied_groups_{role}"] = float(pd.Series(tied[mine]).groupby(units.group[mine]).all().mean())
     searcher = on_loss & (token_role == "searcher") & tokens["teacher_logp"].notna().to_numpy()
     if searcher.any():
         out["searcher_kl_sampled"] = float((tokens["old_logp"].to_numpy()[searcher]

@@ -19,7 +19,7 @@ from pipeline.eval.em import exact_match
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
 from pipeline.systems import KL_ROLES, System, trained_system
 
-REWARD_COLUMNS = ("correct", "r_em", "b_s", "judge_score", "kl_to_teacher", "reward")
+REWARD_COLUMNS = ("correct", "r_em", "b_s", "judge_score", "kl_to_teacher", "outcome", "reward")
 
 
 def _flag(samples: pd.DataFrame, column: str) -> np.ndarray:
@@ -107,13 +107,32 @@ def leader_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
         raise InputError("samples.c_tool: expected a non-negative integer on Leader rows")
     if (rows.groupby("trajectory_id")["c_tool"].nunique() > 1).any():
         raise InputError("samples.c_tool: expected one value per trajectory (a trajectory-level column)")
-    any_malformed = rows.assign(_m=_flag(rows, "malformed")).groupby("trajectory_id")["_m"].transform("any")
     cap = weights.c_tool_cap
     reward = weights.leader_em_weight * rows["r_em"].to_numpy(dtype=np.float64) + weights.assign_weight * (
         np.minimum(c_tool, cap) / cap
     )
-    reward = np.where(any_malformed.to_numpy(dtype=bool), weights.malformed_reward, reward)
+    reward = np.where(_leader_malformed(rows), weights.malformed_reward, reward)
     return _with_role_values(samples, "reward", "leader", reward)
+
+
+def _leader_malformed(rows: pd.DataFrame) -> np.ndarray:
+    """Per Leader row: whether any Leader call of its trajectory is malformed."""
+    return rows.assign(_m=_flag(rows, "malformed")).groupby("trajectory_id")["_m"].transform("any").to_numpy(bool)
+
+
+def tie_outcome(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
+    """Add `outcome`, what a GRPO group is tied on when ties count on the outcome (docs/method.md §5.3):
+    each row's reward before the KL term, except the Leader's, which is its trajectory's R_EM
+    without the assignment bonus (malformed -> the malformed reward). Call after the role rewards
+    and before `kl_in_reward`."""
+    require_columns(samples, ["role", "reward", "r_em", "malformed"], "samples")
+    out = samples.copy()
+    out["outcome"] = out["reward"].astype(np.float64)
+    rows = out[out["role"] == "leader"]
+    if len(rows):
+        outcome = np.where(_leader_malformed(rows), weights.malformed_reward, rows["r_em"].to_numpy(np.float64))
+        out = _with_role_values(out, "outcome", "leader", outcome)
+    return out
 
 
 def answerer_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
@@ -223,7 +242,7 @@ def compute_rewards(
     """All reward columns for one rollout batch of training `system` (pipeline.systems), weighted by `weights`.
 
     Adds correct, r_em, b_s, judge_score (kept from the input where the system has a judge,
-    else NaN), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
+    else NaN), outcome (`tie_outcome`), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
     supervision) get reward NaN. KL-in-reward: in every system with a Teacher, whose scores
     are then required on every Leader and Answerer loss token; none without a Teacher.
     """
@@ -249,6 +268,7 @@ def compute_rewards(
         out = leader_reward(out, weights)
     if system.training.searcher_reward != "none":
         out = _SEARCHER_REWARD[system.training.searcher_reward](out, weights)
+    out = tie_outcome(out, weights)
     if not system.kl_in_reward:
         out["kl_to_teacher"] = np.nan
         return out

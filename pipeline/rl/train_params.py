@@ -1,6 +1,7 @@
 """Every number one training run needs, resolved from params.yaml into one frozen record.
 
-`train_config(params, name)` reads `common` (protocol, rewards, optim), `<profile>.train.shared`,
+`train_config(params, name)` reads `common` (protocol, rewards, optim), `<profile>.train.shared`
+(with the OPD beta and the tie rule, which a profile may set apart from the paper's),
 `<profile>.train.systems.<name>` and the evaluation's sampling (`<profile>.eval.rollout`,
 `<profile>.eval.seed`); `name` is a trained system of pipeline.systems. Nothing here has a
 default: every value comes from params.yaml.
@@ -51,6 +52,8 @@ class TrainConfig:
     checkpoint_every: int
     audit_every: int
     judge_max_new_tokens: int
+    opd_beta: float  # the Searcher's OPD advantage scale
+    tie_on: str  # "reward" | "outcome": which GRPO groups count as tied (pipeline.rl.advantages)
     rollout: WorkflowConfig  # training rollouts: n_candidates = common.protocol.train_candidates
     dev_rollout: WorkflowConfig  # dev evaluation: the test evaluation's sampling (<profile>.eval.rollout), 1 candidate
     optim: OptimParams  # common.optim
@@ -90,6 +93,8 @@ def train_config(params: Params, name: str) -> TrainConfig:
         checkpoint_every=shared.checkpoint_every,
         audit_every=shared.audit_every,
         judge_max_new_tokens=shared.judge_max_new_tokens,
+        opd_beta=shared.opd_beta,
+        tie_on=shared.tie_on,
         rollout=workflow_config(params, shared.rollout, common.protocol.train_candidates),
         dev_rollout=dev.dev_rollout,
         optim=common.optim,

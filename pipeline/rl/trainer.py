@@ -10,7 +10,8 @@ One step (`train` below, top to bottom):
      Teacher scoring (one teacher-forced pass per sample with a loss token, on exactly the
      student's context), the Prompted-Critic judge's scores, rewards; with oversample > 1, dynamic sampling
      (pipeline.rl.group_filter) keeps the first `questions_per_batch` questions whose
-     trajectories' team outcome differs; -> advantages (compute_advantages);
+     trajectories' team outcome differs; -> advantages (compute_advantages; GRPO groups tied
+     on `tie_on` get 0);
   6. audit tables at step 0 and every `audit_every` steps (pipeline.rl.audit; fails on a
      mask violation);
   7. PPO: one pass in `n_minibatches` shuffled minibatches (one AdamW update each): new
@@ -28,7 +29,7 @@ role's samples; absent where the role has no scalar reward, e.g. OPD Searchers),
 (means over the minibatches), tokens_per_second (generated tokens of the rollout / step wall
 time), judge_unparsable, trained_questions, informative_share (dynamic sampling only: the share
 of drawn questions whose trajectories' outcome differs), and the diagnostics of
-pipeline.rl.diagnostics (zero_adv_groups_<role>, abs_adv_<role>_<grpo|opd>, searcher_kl_sampled,
+pipeline.rl.diagnostics (zero_adv_groups_<role>, tied_groups_<role>, abs_adv_<role>_<grpo|opd>, searcher_kl_sampled,
 no_search_share); dev metrics (at completed-step
 counts): dev_em (strict extraction), dev_no_search_share, format_failure_rate,
 searches_per_workflow, and for Stage-II runs dev_searcher_kl (token-mean KL of the policy to the
@@ -160,7 +161,7 @@ def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
     informative = None
     if cfg.oversample > 1:
         samples, tokens, informative = filter_batch(samples, tokens, cfg.questions_per_batch)
-    tokens = compute_advantages(samples, tokens, system, cfg.rewards.opd_beta)
+    tokens = compute_advantages(samples, tokens, system, cfg.opd_beta, cfg.tie_on)
     return Batch(samples, tokens, generated, tables.judge_unparsable, drawn, informative)
 
 
@@ -229,7 +230,7 @@ def ppo_update(
 # --------------------------------------------------------------------------- metrics
 
 
-def batch_metrics(batch: Batch, system: System) -> dict[str, float]:
+def batch_metrics(batch: Batch, system: System, tie_on: str = "reward") -> dict[str, float]:
     """Mean reward per role, the token-mean KL of the student to the Teacher, and the advantage
     diagnostics of pipeline.rl.diagnostics."""
     out: dict[str, float] = {}
@@ -247,7 +248,7 @@ def batch_metrics(batch: Batch, system: System) -> dict[str, float]:
     out["trained_questions"] = float(batch.samples["question_id"].nunique())
     if batch.informative_questions is not None:
         out["informative_share"] = batch.informative_questions / batch.drawn_questions
-    out.update(advantage_diagnostics(batch.samples, tok, system))
+    out.update(advantage_diagnostics(batch.samples, tok, system, tie_on))
     return out
 
 
@@ -348,7 +349,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
             write_audit(inputs.audit_dir, step, batch.samples, batch.tokens, policy.decode)
         update = ppo_update(model, optimizer, policy, batch, cfg, _seed(cfg.seed, step, 2))
         seconds = time.perf_counter() - began
-        metrics = {**batch_metrics(batch, trained_system(cfg.system)), **update,
+        metrics = {**batch_metrics(batch, trained_system(cfg.system), cfg.tie_on), **update,
                    "tokens_per_second": batch.generated_tokens / seconds, "step_seconds": seconds}
         log(step, metrics)
         bar.set_postfix(pg_loss=f"{update['pg_loss']:.3g}", sec=f"{seconds:.1f}")

@@ -138,8 +138,12 @@ def build_launch(
         f"trainer.nnodes={nnodes}",
         *overrides,
     ]
+    cfg = train_config(params, key)
+    if cfg.tie_on != "reward":
+        raise InputError(f"{params.source or 'params.yaml'}: {params.profile}.train.shared.tie_on is {cfg.tie_on!r}; "
+                         "the verl path ties GRPO groups on rewards only (expected 'reward')")
     verl_cfg = compose_stage(key, stage_overrides)
-    wrong = mismatches(verl_cfg, train_config(params, key))
+    wrong = mismatches(verl_cfg, cfg)
     if wrong:
         raise InputError(f"{CONFIG_DIR / (key + '.yaml')} disagrees with params.yaml (profile {params.profile}): "
                          + "; ".join(wrong))

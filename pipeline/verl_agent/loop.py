@@ -139,7 +139,7 @@ class TeamAgentLoop(AgentLoopBase):
                     close()
         steps = policy.global_steps
         return to_agent_loop_outputs(
-            samples, tokens, self.cfg.system, self.cfg.rewards.opd_beta,
+            samples, tokens, self.cfg.system, self.cfg.opd_beta,
             prompt_length=self.rollout_config.prompt_length, response_length=self.rollout_config.response_length,
             metrics={"generate_sequences": time.perf_counter() - began},
             extra={"min_global_steps": min(steps) if steps else None,
