@@ -14,6 +14,7 @@ from pipeline.report import comparisons as cmp
 from pipeline.report import figures
 from pipeline.report import published as pub
 from pipeline.report.curves import CURVE_METRICS, write_curve_files
+from pipeline.report.departures import departures
 from pipeline.report.dvc_files import write_metric_files, write_plot_files
 from pipeline.report.inputs import load_records, model_summary, split_sizes
 from pipeline.report.intervals import macro_intervals
@@ -121,6 +122,7 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
                             ev.target_system),
         comparisons=comparisons_md,
+        departures=departures(params),
     )
     md = build_markdown(results, prov)
     write_text(folder / "paper.md", md)

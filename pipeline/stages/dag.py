@@ -206,7 +206,8 @@ STAGES: tuple[Stage, ...] = (
           foreach={s.name: {"weights": s.weights} for s in SYSTEMS}, arg="${key}"),
     Stage("report", "Tables, figures and metrics beside the published numbers; the records only, not the shards.",
           data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base"),
-          params=("profile", f"{P}.data.source", "common.eval"),
+          params=("profile", f"{P}.data.source", "common.eval", f"{P}.train.shared.opd_beta",
+                  f"{P}.train.shared.tie_on", *(f"{P}.train.systems.{s.name}.oversample" for s in TRAINED)),
           outs=tuple({path: dict(UNCACHED)} for path in (
               "reports/metrics.json", f"reports/{P}/paper.md", f"reports/{P}/paper.html",
               f"reports/{P}/main_table.tex", f"reports/{P}/figures", f"reports/{P}/curves", f"reports/{P}/plots")),
