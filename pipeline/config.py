@@ -219,6 +219,10 @@ class RolloutParams(_Strict):
     searcher_max_new_tokens: int = Field(gt=0)
     answerer_max_new_tokens: int = Field(gt=0)
     max_searcher_turns: int = Field(gt=0)
+    # the in-process backend prefills prompts that start alike as one shared prefix and stops each
+    # row at its own token budget (pipeline.policy.batching): faster on CPU, the same distribution,
+    # other floating-point sums (docs/profile.md#grouped-generation)
+    grouped_generation: bool = False
 
 
 class EvalParams(_Strict):
@@ -493,4 +497,5 @@ def workflow_config(params: Params, rollout: RolloutParams, n_candidates: int):
         answerer_max_new_tokens=rollout.answerer_max_new_tokens,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
+        grouped_generation=rollout.grouped_generation,
     )

@@ -3,28 +3,18 @@ into its rows (left-padded with zeros), and finished rows leave in place."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 from transformers import DynamicCache
 
-from pipeline.basemodel.tiny_model import build_tiny_qwen3
-from pipeline.basemodel.tokenizer import train_bpe_tokenizer
-from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.kv_cache import PreallocatedLayer
+from tests.tiny_models import tiny_hf_backend
 
 
 @pytest.fixture(scope="module")
 def backend():
-    rng = random.Random(1)
-    syllables = ["ka", "lo", "mi", "ra", "tu", "ne", "so", "vi"]
-    texts = [" ".join(rng.choice(syllables) + rng.choice(syllables) for _ in range(10)) + "." for _ in range(200)]
-    tokenizer = train_bpe_tokenizer(texts, vocab_size=400)
-    model = build_tiny_qwen3(tokenizer, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
-                             intermediate_size=96, max_position_embeddings=128, seed=0).eval()
     # max_batch_tokens=40: the prompts below fall into several prefill sub-batches
-    return HFBackend(model, tokenizer, max_batch_tokens=40)
+    return tiny_hf_backend(num_kv_heads=2, max_positions=128, max_batch_tokens=40)
 
 
 def layer(rows: int, length: int, capacity: int) -> PreallocatedLayer:

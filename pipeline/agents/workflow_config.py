@@ -1,9 +1,10 @@
 """Numbers of the two team workflows, every one a params.yaml entry (pipeline.config.workflow_config
-builds this record from `common.protocol` and a rollout section; nothing here has a default)."""
+builds this record from `common.protocol` and a rollout section; nothing here has a default but
+the grouped_generation speed switch, off)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from pipeline.errors import InputError
 
@@ -22,6 +23,9 @@ class WorkflowConfig:
     answerer_max_new_tokens: int
     temperature: float
     top_p: float
+    # SamplingParams.shared_prefixes and .row_max_new_tokens. Left out of repr, which fingerprints
+    # stored outputs (pipeline.stages.stage2_start): those made before the switch existed stay valid.
+    grouped_generation: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -31,6 +35,8 @@ class WorkflowConfig:
                 ok, expected = is_number and value >= 0, "a number >= 0"
             elif f.name == "top_p":
                 ok, expected = is_number and 0 < value <= 1, "a number in (0, 1]"
+            elif f.name == "grouped_generation":
+                ok, expected = isinstance(value, bool), "true or false"
             else:
                 ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
                 expected = "an integer >= 1"

@@ -103,6 +103,8 @@ def _generate(
         max_new_tokens=max(r.max_new_tokens for r in requests),
         stop=STOP_TAGS,
         row_seeds=tuple(key_seed(seed, r.call.sample_id, r.call.n_turns) for r in requests),
+        shared_prefixes=cfg.grouped_generation,
+        row_max_new_tokens=tuple(r.max_new_tokens for r in requests) if cfg.grouped_generation else None,
     )
     out = backend.generate([r.prompt_ids for r in requests], params, n=1)
     if len(out) != len(requests) or any(len(g) != 1 for g in out):

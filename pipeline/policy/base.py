@@ -23,6 +23,13 @@ class SamplingParams:
     seed: int | None = None
     # One seed per prompt; when given it replaces `seed` (pipeline.policy.sampling_seeds).
     row_seeds: tuple[int, ...] | None = None
+    # In-process backend only (pipeline.policy.batching): prefill prompts that start alike as one
+    # shared prefix plus their suffixes. The same distribution, faster on CPU; the floating-point
+    # sums differ, so outputs are not byte-identical to prefilling each prompt whole.
+    shared_prefixes: bool = False
+    # One token budget per prompt (each at most max_new_tokens): the in-process backend stops a
+    # row at its own budget; a backend that ignores it decodes on and the caller cuts the row.
+    row_max_new_tokens: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.batching import shared_prefix_groups
 from pipeline.policy.encoding import TokenizerText, truncate_left
 from pipeline.policy.kv_cache import PreallocatedLayer
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
@@ -126,15 +127,22 @@ class HFBackend(TokenizerText):
             )
         rows = [truncate_left(p, self.max_context - params.max_new_tokens) for p in prompts for _ in range(n)]
         seeds = sample_seeds(params, len(prompts), n)
+        limits = None
+        if params.row_max_new_tokens is not None:
+            if len(params.row_max_new_tokens) != len(prompts):
+                raise InputError(f"row_max_new_tokens: expected one per prompt ({len(prompts)}), "
+                                 f"got {len(params.row_max_new_tokens)}")
+            limits = [min(m, params.max_new_tokens) for m in params.row_max_new_tokens for _ in range(n)]
         flat: list[Generation] = []
         with self._inference():
             for start in range(0, len(rows), self.max_batch_size):
                 end = start + self.max_batch_size
-                flat.extend(self._generate_batch(rows[start:end], params, None if seeds is None else seeds[start:end]))
+                flat.extend(self._generate_batch(rows[start:end], params, None if seeds is None else seeds[start:end],
+                                                 None if limits is None else limits[start:end]))
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _prefill(
-        self, rows: list[list[int]], max_new_tokens: int
+        self, rows: list[list[int]], max_new_tokens: int, shared_prefixes: bool = False
     ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
         """A decode-ready KV cache with room for `max_new_tokens` (pipeline.policy.kv_cache), and
         the last-token logits, attention mask and last position of every row.
@@ -145,61 +153,89 @@ class HFBackend(TokenizerText):
         written, left-padded to the widest prompt, straight into its rows of the decode buffers:
         padding then costs only the decode's attention, not the prefill's linear layers (which
         dominate a tiny model's rollout on CPU), and the cache of all rows is held once rather
-        than padded, concatenated, gathered and copied again (2x the cache at the peak)."""
+        than padded, concatenated, gathered and copied again (2x the cache at the peak).
+
+        With `shared_prefixes`, prompts that start alike (a role's instructions, a question's
+        runs) are prefilled as one shared prefix, once, and their suffixes after it: a row's cache
+        is then [prefix | padding | suffix], the padding masked."""
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]
         prompts = list(distinct)
         rows_of: list[list[int]] = [[] for _ in prompts]
         for row, i in enumerate(row_prompt):
             rows_of[i].append(row)
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        parts, part = [], []
-        for i in order:
-            too_many = (len(part) + 1) * len(prompts[i]) > self.max_batch_tokens
-            too_wide = part and len(prompts[i]) > PREFILL_WIDTH_SLACK * len(prompts[part[0]]) + 16
-            if part and (too_many or too_wide):
-                parts.append(part)
-                part = []
-            part.append(i)
-        parts.append(part)
+        groups = shared_prefix_groups(prompts) if shared_prefixes else [(0, list(range(len(prompts))))]
         width = max(len(p) for p in prompts)
         buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
         logits = masks = positions = None
-        for part in parts:
-            batch = pack_prompt_response([prompts[i] for i in part], [[] for _ in part], self.pad_id, self.device)
-            w = batch.input_ids.shape[1] - batch.response_length
-            cache = DynamicCache(config=self.model.config)
-            part_logits = self.model(
-                input_ids=batch.input_ids[:, :w], attention_mask=batch.attention_mask[:, :w],
-                position_ids=batch.position_ids[:, :w], past_key_values=cache, use_cache=True, logits_to_keep=1,
-            ).logits[:, -1]
-            source = torch.tensor([j for j, i in enumerate(part) for _ in rows_of[i]], device=self.device)
-            target = torch.tensor([row for i in part for row in rows_of[i]], device=self.device)
-            left = width - w
-            if logits is None:
-                logits = part_logits.new_empty((len(rows), part_logits.shape[-1]))
-                masks = batch.attention_mask.new_zeros((len(rows), width))
-                positions = batch.position_ids.new_empty((len(rows),))
-            logits[target] = part_logits[source]
-            masks[target, left:] = batch.attention_mask[source, :w]
-            positions[target] = batch.position_ids[source, w - 1]
-            for k, layer in enumerate(cache.layers):
-                if len(buffers) <= k:
-                    _, heads, _, dim = layer.keys.shape
-                    shape = (len(rows), heads, width + max_new_tokens, dim)
-                    buffers.append((layer.keys.new_empty(shape), layer.values.new_empty(shape)))
-                for buffer, filled in zip(buffers[k], (layer.keys, layer.values)):
-                    buffer[target, :, :left] = 0  # masked, but garbage there could be NaN
-                    buffer[target, :, left:width] = filled[source]
+        for shared, members in groups:
+            prefix = self._prefix_cache(prompts[members[0]][:shared]) if shared else None
+            for part in self._length_parts(members, [len(prompts[i]) - shared for i in members]):
+                batch = pack_prompt_response([prompts[i][shared:] for i in part], [[] for _ in part], self.pad_id,
+                                             self.device)
+                s = batch.input_ids.shape[1] - batch.response_length
+                part_mask, part_positions = batch.attention_mask[:, :s], batch.position_ids[:, :s] + shared
+                cache = DynamicCache(config=self.model.config)
+                if prefix is not None:
+                    for k, (keys, values) in enumerate(prefix):
+                        cache.update(keys.expand(len(part), -1, -1, -1), values.expand(len(part), -1, -1, -1), k)
+                    part_mask = torch.cat([part_mask.new_ones((len(part), shared)), part_mask], dim=1)
+                part_logits = self.model(
+                    input_ids=batch.input_ids[:, :s], attention_mask=part_mask, position_ids=part_positions,
+                    past_key_values=cache, use_cache=True, logits_to_keep=1,
+                ).logits[:, -1]
+                w = shared + s
+                source = torch.tensor([j for j, i in enumerate(part) for _ in rows_of[i]], device=self.device)
+                target = torch.tensor([row for i in part for row in rows_of[i]], device=self.device)
+                left = width - w
+                if logits is None:
+                    logits = part_logits.new_empty((len(rows), part_logits.shape[-1]))
+                    masks = part_mask.new_zeros((len(rows), width))
+                    positions = part_positions.new_empty((len(rows),))
+                logits[target] = part_logits[source]
+                masks[target, left:] = part_mask[source]
+                positions[target] = part_positions[source, -1]
+                for k, layer in enumerate(cache.layers):
+                    if len(buffers) <= k:
+                        _, heads, _, dim = layer.keys.shape
+                        shape = (len(rows), heads, width + max_new_tokens, dim)
+                        buffers.append((layer.keys.new_empty(shape), layer.values.new_empty(shape)))
+                    for buffer, filled in zip(buffers[k], (layer.keys, layer.values)):
+                        buffer[target, :, :left] = 0  # masked, but garbage there could be NaN
+                        buffer[target, :, left:width] = filled[source]
         cache = DynamicCache(config=self.model.config)
         cache.layers = [PreallocatedLayer(keys, values, width) for keys, values in buffers]
         return cache, logits, masks, positions
 
+    def _length_parts(self, members: list[int], lengths: list[int]) -> list[list[int]]:
+        """`members` in sub-batches of similar `lengths`, at most `max_batch_tokens` padded tokens each."""
+        order = sorted(range(len(members)), key=lambda j: lengths[j])
+        parts, part = [], []
+        for j in order:
+            too_many = (len(part) + 1) * lengths[j] > self.max_batch_tokens
+            too_wide = part and lengths[j] > PREFILL_WIDTH_SLACK * lengths[part[0]] + 16
+            if part and (too_many or too_wide):
+                parts.append(part)
+                part = []
+            part.append(j)
+        parts.append(part)
+        return [[members[j] for j in part] for part in parts]
+
+    def _prefix_cache(self, prefix: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of every layer for one prompt prefix, (1, heads, len, dim) each."""
+        cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([list(prefix)], device=self.device)
+        self.model(input_ids=ids, position_ids=torch.arange(len(prefix), device=self.device)[None],
+                   past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
     def _generate_batch(
-        self, rows: list[list[int]], params: SamplingParams, seeds: list[int] | None
+        self, rows: list[list[int]], params: SamplingParams, seeds: list[int] | None,
+        limits: list[int] | None = None,
     ) -> list[Generation]:
-        """Sample every row; a seeded row's draws depend on its seed and the token position only."""
-        cache, logits, attention_mask, position = self._prefill(rows, params.max_new_tokens)
+        """Sample every row (at most `limits[row]` tokens when given); a seeded row's draws depend
+        on its seed and the token position only."""
+        cache, logits, attention_mask, position = self._prefill(rows, params.max_new_tokens, params.shared_prefixes)
         stop_checker = StopStringChecker(self.tokenizer, params.stop)
         tokens_of = [[] for _ in rows]
         logps_of = [[] for _ in rows]
@@ -221,6 +257,8 @@ class HFBackend(TokenizerText):
                 if hit or tokens_of[batch_rows[i]][-1] in self.eos_ids:
                     active[i] = False
                     finish_of[batch_rows[i]] = "stop"
+                elif limits is not None and len(tokens_of[batch_rows[i]]) >= limits[batch_rows[i]]:
+                    active[i] = False  # finish "length" at the row's own budget
             if step == params.max_new_tokens - 1 or not any(active):
                 break
             if 2 * sum(active) <= len(active):  # compact: the copy is paid once per halving

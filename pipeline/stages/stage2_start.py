@@ -36,7 +36,8 @@ def start_dir(root: Path) -> Path:
 def start_fingerprint(root: Path, dev: DevSettings, dev_ids: list[str]) -> str:
     """The base and Teacher weights, the dev questions and how they are sampled."""
     weights = inputs_fingerprint([model_dir(root, BASE_WEIGHTS), model_dir(root, TEACHER)], [dev_ids])
-    return f"{weights}-{dev!r}"
+    grouped = "-grouped-generation" if dev.dev_rollout.grouped_generation else ""
+    return f"{weights}-{dev!r}{grouped}"
 
 
 def run_stage2_start(params: Params, root: Path) -> dict:
