@@ -2,6 +2,7 @@
 profile, on the checkout's own data and models, split into phases.
 
     .venv/bin/python -m benchmarks.profile_loop [--root DIR] [--system multiagent_opd] [--questions 32]
+        [--grouped-generation on|off]
 
 Needs a checkout where `make repro` ran at least up to the system's training (data/splits,
 data/index, data/models/{base,c_mas_rl,<system>}). Prints one table per part: wall seconds of
@@ -114,7 +115,10 @@ def report(title: str, phases: Phases, total: float, generated: int, params: int
     print(f"  peak RSS {peak_rss_mb():.0f} MB")
 
 
-def profile_evaluation(params, root: Path, system_name: str, questions: int, bound: float) -> None:
+def profile_evaluation(params, root: Path, system_name: str, questions: int, bound: float,
+                       grouped: bool | None = None) -> None:
+    """One shard of `questions` x 4 runs after a 4-question warm-up; `grouped` overrides the
+    profile's grouped_generation switch."""
     from pipeline.agents import run_workflow
     from pipeline.config import workflow_config
     from pipeline.eval.scoring import score_rollout
@@ -125,7 +129,11 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
     backend = open_eval_backend(target.model_dir(root))
     retriever = open_retriever(root)
     rows = read_split(root, "test").head(questions)
-    cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
+    sampling = params.eval.rollout
+    if grouped is not None:
+        sampling = sampling.model_copy(update={"grouped_generation": grouped})
+    cfg = workflow_config(params, sampling, params.common.protocol.eval_candidates)
+    run_workflow(target.workflow, rows.head(4), backend, retriever, cfg, n_traj=params.common.eval.runs, seed=1)
     phases = Phases()
     undo = instrument(phases, backend) + [phases.wrap(retriever, "search", "retrieval")]
     began = time.perf_counter()
@@ -138,7 +146,8 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
         u()
     generated = sum(c.output_tokens for t in rollout.trajectories for c in t.calls)
     report(f"evaluation of {target.name}: {len(rows)} questions x {params.common.eval.runs} runs "
-           f"({target.workflow}, {rollout.ticks} ticks)", phases, total, generated,
+           f"({target.workflow}, {rollout.ticks} ticks, grouped generation {cfg.grouped_generation})",
+           phases, total, generated,
            sum(p.numel() for p in backend.model.parameters()), bound)
 
 
@@ -195,6 +204,8 @@ def main() -> None:
     ap.add_argument("--system", default="multiagent_opd")
     ap.add_argument("--questions", type=int, default=32, help="test questions of the evaluation part (one shard)")
     ap.add_argument("--part", choices=["all", "evaluation", "training"], default="all")
+    ap.add_argument("--grouped-generation", choices=["on", "off"], default=None,
+                    help="override the profile's grouped_generation switch in the evaluation part")
     args = ap.parse_args()
     torch.manual_seed(0)
     root = Path(args.root).resolve()
@@ -204,7 +215,8 @@ def main() -> None:
     print(f"threads {torch.get_num_threads()}; native bf16: {cpu_has_native_bf16()}; "
           f"float32 matmul bound {bound:.0f} GFLOP/s")
     if args.part in ("all", "evaluation"):
-        profile_evaluation(params, root, args.system, args.questions, bound)
+        grouped = None if args.grouped_generation is None else args.grouped_generation == "on"
+        profile_evaluation(params, root, args.system, args.questions, bound, grouped)
     if args.part in ("all", "training"):
         profile_training_step(params, root, args.system, bound)
 
