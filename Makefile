@@ -33,9 +33,13 @@ $(PLOTS_TEMPLATE): $(STAMP)
 	$(BIN)/python -m pipeline plots-template
 
 # `dvc repro`, then an MLflow run for every stage DVC did not run (skipped or restored from its
-# cache), so the store has a run of every stage (pipeline/stages/records.py)
+# cache), so the store has a run of every stage (pipeline/stages/records.py). When no file DVC
+# checks changed since the last successful `make repro`, it says so at once (pipeline/uptodate.py)
 repro: setup
-	since=$$(date +%s); $(BIN)/dvc repro && $(BIN)/python -m pipeline record-runs --since $$since
+	@$(BIN)/python -m pipeline up-to-date || { \
+	  $(BIN)/python -m pipeline up-to-date --forget && since=$$(date +%s) && \
+	  $(BIN)/dvc repro && $(BIN)/python -m pipeline record-runs --since $$since && \
+	  $(BIN)/python -m pipeline up-to-date --record; }
 
 # ruff (pyproject.toml's rules); dvc.yaml and the plots templates current with pipeline/stages/dag.py
 lint: setup

@@ -9,6 +9,11 @@ the greedy outputs compared. And a tick of role prompts (each role's instruction
 question and retrieved text, each row with its role's token budget): plain generation against
 grouped generation (shared prefixes prefilled once, each row stopped at its own budget).
 
+Each speed is also printed as the share of this machine's arithmetic bound that its work uses
+(`benchmarks/machine_bound.py`: FLOP counted from the model's shapes, the bound measured as the
+best large matrix product), and teacher-forced scoring is timed once more under bfloat16
+autocast where the CPU computes bf16 natively (a figure, no target).
+
 Run: .venv/bin/python -m benchmarks.bench_generation
 Targets: one batched HFBackend.generate over 64 prompts x 64 new tokens is >= 8x faster
 (tokens per second) than 64 per-sequence `model.generate` calls; the tick is >= 2x faster
@@ -29,6 +34,7 @@ import time
 import torch
 from transformers import DynamicCache
 
+from benchmarks.machine_bound import describe, machine_bounds, print_bounds, sequence_flops
 from pipeline.basemodel.lm_training import pretrain_lm
 from pipeline.basemodel.tiny_model import build_tiny_qwen3, count_parameters
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
@@ -103,7 +109,7 @@ def kv_cache_mib(model, rows: int, positions: int) -> float:
     return rows * positions * per_token / 2**20
 
 
-def tick(model, tokenizer) -> tuple[float, float]:
+def tick(model, tokenizer, bounds: dict[str, float]) -> tuple[float, float]:
     """The rollout-shaped tick: the new generation against the previous ones, in seconds and in
     peak memory above the resident size before each call; prints both. Returns the speed ratio
     previous/now and now's peak rise over the size of the float32 KV cache it must hold."""
@@ -136,6 +142,12 @@ def tick(model, tokenizer) -> tuple[float, float]:
           f"{seconds['padded prefill']:.2f} s; now (one prefill per distinct prompt, length-sorted, in-place cache) "
           f"{seconds['now']:.2f} s; ratio previous/now {ratio:.2f}x (target >= {TICK_TARGET:.0f}x); "
           f"identical greedy outputs {same}/{len(prompts)}")
+    generated = sum(len(o) for o in outputs["now"])
+    work = sequence_flops(model, [len(p) for p in distinct], [0] * len(distinct)) + sum(
+        sequence_flops(model, [len(p)], [params.max_new_tokens]) - sequence_flops(model, [len(p)], [0])
+        for p in prompts)  # each distinct prompt prefilled once, every row decoded
+    print(describe("  tick, now (generated tokens; work = distinct prefills + every row's decode)",
+                   seconds["now"], generated, work, bounds))
     print(f"tick peak memory above the resident size before the call: previous {rise['previous']:.0f} MiB, "
           f"padded prefill {rise['padded prefill']:.0f} MiB, now {rise['now']:.0f} MiB, for a KV cache of "
           f"{cache:.0f} MiB: now/cache {rise['now'] / cache:.2f}x (target <= {MEMORY_TARGET}x)")
@@ -188,6 +200,30 @@ def grouped_tick(model, tokenizer) -> float:
     return ratio
 
 
+def bf16_score(backend: HFBackend, prompts: list[list[int]], responses: list[list[int]],
+               bounds: dict[str, float]) -> float | None:
+    """Teacher-forced scoring in float32 against bfloat16 autocast, where the CPU computes bf16
+    natively: best-of-3 seconds of each, the speed ratio and the largest log-prob difference.
+    Returns the ratio (None where bf16 is not native)."""
+    if "bfloat16" not in bounds:
+        print("score under bfloat16 autocast: skipped (this CPU has no native bfloat16)")
+        return None
+    seconds, logps = {}, {}
+    for name, enabled in (("float32", False), ("bfloat16", True)):
+        runs = []
+        for _ in range(3):
+            start = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+                logps[name] = backend.score(prompts, responses)
+            runs.append(time.perf_counter() - start)
+        seconds[name] = min(runs)
+    diff = max(abs(a - b) for x, y in zip(logps["float32"], logps["bfloat16"]) for a, b in zip(x, y))
+    ratio = seconds["float32"] / seconds["bfloat16"]
+    print(f"score, best of 3: float32 {seconds['float32']:.2f} s, bfloat16 autocast {seconds['bfloat16']:.2f} s, "
+          f"ratio {ratio:.2f}x; max |log-prob difference| {diff:.3f} nats (no target: a figure for the choice)")
+    return ratio
+
+
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -224,12 +260,22 @@ def main() -> None:
     backend.score(prompts, [g.token_ids for g in generations])
     score_s = time.perf_counter() - start
 
+    bounds = machine_bounds()
+    print_bounds(bounds)
+    lengths = [len(p) for p in prompts]
+    batched_work = sequence_flops(model, lengths, [NEW_TOKENS] * len(prompts))
     batched_tps, single_tps = total_tokens / batched_s, total_tokens / single_s
     ratio = batched_tps / single_tps
     print(f"batched HFBackend.generate: {batched_tps:9.1f} tok/s ({batched_s:.2f} s for {total_tokens} tokens)")
     print(f"per-sequence model.generate: {single_tps:9.1f} tok/s ({single_s:.2f} s)")
     print(f"ratio batched/per-sequence: {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x)")
     print(f"HFBackend.score (teacher forcing): {total_tokens / score_s:9.1f} tok/s ({score_s:.2f} s)")
+    print(describe("  batched generate (generated tokens; work = prefill + decode)", batched_s, total_tokens,
+                   batched_work, bounds))
+    print(describe("  per-sequence model.generate (same work)", single_s, total_tokens, batched_work, bounds))
+    print(describe("  score (response tokens; work = prompt + response forward)", score_s, total_tokens,
+                   sequence_flops(model, [p + NEW_TOKENS for p in lengths], [0] * len(prompts)), bounds))
+    bf16_score(backend, prompts, [g.token_ids for g in generations], bounds)
 
     for batch_size, seq_len in [(16, 128), (16, 256)]:
         steps = 5
@@ -247,7 +293,7 @@ def main() -> None:
     # and step, and its time then swings 1.5-3 s with whether glibc serves that tensor from
     # freed heap or from new pages.
     tiny_attention = build_tiny_qwen3(tokenizer, num_kv_heads=4, seed=0).eval()
-    tick_ratio, memory_ratio = tick(tiny_attention, tokenizer)
+    tick_ratio, memory_ratio = tick(tiny_attention, tokenizer, bounds)
     grouped_ratio = grouped_tick(tiny_attention, tokenizer)
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")
     print("PASS" if ratio >= TARGET_RATIO else "FAIL", f"batched >= {TARGET_RATIO:.0f}x per-sequence")

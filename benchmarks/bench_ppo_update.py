@@ -12,7 +12,10 @@ give the same weights (max |difference| printed).
 
 It also times the micro-batched update under the eager attention kernel against the model's own
 (SDPA), with their weight difference: a figure for choosing the PPO pass's kernel (no target;
-eager is 1.14x faster for pre-training's 256-token windows, see bench_lm_training.py).
+eager is 1.14x faster for pre-training's 256-token windows, see bench_lm_training.py), the
+update's tokens/s and its share of this machine's measured arithmetic bound
+(`benchmarks/machine_bound.py`), and, where the CPU computes bfloat16 natively, the update under
+bfloat16 autocast (time, ratio, weight difference; no target).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from benchmarks.machine_bound import describe, machine_bounds, print_bounds, sequence_flops
 from pipeline.basemodel.lm_training import attention_kernel
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
@@ -52,13 +56,24 @@ def rollout_batch(vocab: int, seed: int = 0) -> trainer.Batch:
     return trainer.Batch(pd.DataFrame(samples), pd.DataFrame(tokens), generated_tokens=len(tokens))
 
 
-def update(backend: HFBackend, start: dict, batch: trainer.Batch, cfg, budget: int) -> tuple[float, dict]:
+def update(backend: HFBackend, start: dict, batch: trainer.Batch, cfg, budget: int,
+           bf16: bool = False) -> tuple[float, dict]:
     backend.model.load_state_dict(start)
     trainer.MICRO_BATCH_TOKENS = budget
     optimizer = trainer.make_optimizer(backend.model, cfg)
     began = time.perf_counter()
-    trainer.ppo_update(backend.model, optimizer, backend, batch, cfg, seed=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        trainer.ppo_update(backend.model, optimizer, backend, batch, cfg, seed=0)
     return time.perf_counter() - began, {k: v.clone() for k, v in backend.model.state_dict().items()}
+
+
+def training_work(model: torch.nn.Module, batch: trainer.Batch) -> tuple[int, float]:
+    """(prompt + response tokens, FLOP) of one pass over the batch: forward and backward (3x the
+    forward) of every prompt and response token."""
+    responses = batch.tokens.groupby("sample_id").size()
+    prompts = batch.samples.set_index("sample_id")["prompt_ids"].map(len)
+    lengths = [int(prompts[s] + responses[s]) for s in batch.samples["sample_id"]]
+    return sum(lengths), 3.0 * sequence_flops(model, lengths, [0] * len(lengths))
 
 
 def max_difference(a: dict, b: dict) -> float:
@@ -89,6 +104,19 @@ def main() -> None:
     print(f"ratio: {ratio:.2f}x (target >= {TARGET:.0f}x); max |weight difference| {diff:.2e}")
     print(f"micro-batches, eager attention kernel: {eager_s:.2f} s; sdpa / eager {micro_s / eager_s:.2f}x; "
           f"max |weight difference| {max_difference(micro_w, eager_w):.2e}")
+    bounds = machine_bounds()
+    print_bounds(bounds)
+    tokens, work = training_work(backend.model, batch)
+    print(describe("micro-batched update (prompt + response tokens, forward and backward)", micro_s, tokens,
+                   work, bounds))
+    if "bfloat16" in bounds:
+        update(backend, start, batch, cfg, default, bf16=True)  # warm-up
+        bf16_s, bf16_w = update(backend, start, batch, cfg, default, bf16=True)
+        print(f"micro-batches under bfloat16 autocast: {bf16_s:.2f} s; float32 / bfloat16 {micro_s / bf16_s:.2f}x; "
+              f"max |weight difference| {max_difference(micro_w, bf16_w):.2e} (no target: a figure for the choice)")
+        print(describe("  the same under bfloat16 autocast", bf16_s, tokens, work, bounds, "bfloat16"))
+    else:
+        print("bfloat16 autocast: skipped (this CPU has no native bfloat16)")
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print("PASS" if ratio >= TARGET and diff < 1e-4 else "FAIL",
           f"micro-batched update >= {TARGET:.0f}x and the same weights")

@@ -10,6 +10,8 @@
   mlflow-links          print each experiment's link into the MLflow UI (model-training view)
   record-runs           after `dvc repro`: an MLflow run for every stage of dvc.lock, also those DVC did not
                         run (pipeline/stages/records.py; `make repro` runs it)
+  up-to-date            exit 0 when nothing DVC checks changed since the last `make repro` (pipeline/uptodate.py;
+                        --record writes the stamp, --forget removes it; `make repro` uses all three)
   dvc-yaml              write dvc.yaml and the `dvc plots` templates from pipeline/stages/dag.py and the
                         systems registry (--check: only say whether they are current)
 """
@@ -111,6 +113,11 @@ def _parser() -> argparse.ArgumentParser:
     dag = sub.add_parser("dvc-yaml", help="write dvc.yaml and the plots templates from the stage table, the "
                                           "stages' imports and the systems registry")
     dag.add_argument("--check", action="store_true", help="exit 1 when a file differs from what it would write")
+    up = sub.add_parser("up-to-date", help="exit 0 when nothing DVC checks changed since the last `make repro`, "
+                                           "else 1 (a stamp of file sizes, times and inodes)")
+    up_action = up.add_mutually_exclusive_group()
+    up_action.add_argument("--record", action="store_true", help="write the stamp (after a successful dvc repro)")
+    up_action.add_argument("--forget", action="store_true", help="remove the stamp (before dvc repro runs)")
     rec = sub.add_parser("record-runs", help="an MLflow run for every stage of dvc.lock, also those DVC did not run")
     rec.add_argument("--since", type=float, default=None,
                      help="epoch seconds at which `dvc repro` started: a stage's run begun since is the one that "
@@ -245,11 +252,27 @@ def _train_verl(args: argparse.Namespace, params, root: Path) -> int:
     return run(launch)
 
 
+def _up_to_date(args: argparse.Namespace, root: Path) -> int:
+    from pipeline import uptodate
+
+    if args.record:
+        print(f"recorded {uptodate.record(root).relative_to(root)}")
+        return 0
+    if args.forget:
+        uptodate.forget(root)
+        return 0
+    verdict = uptodate.check(root)
+    print(("Data and pipelines are up to date: " if verdict.current else "dvc repro needed: ") + verdict.reason)
+    return 0 if verdict.current else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pipeline").setLevel(logging.INFO)
     _server_threads(sys.argv[1:] if argv is None else list(argv))
     args = _parser().parse_args(argv)
+    if args.command == "up-to-date":  # before params are loaded: this answers a no-op `make repro` at once
+        return _up_to_date(args, Path(args.root).resolve())
     try:
         params = load_params(args.params, profile=args.profile)
         root = Path(args.root).resolve()

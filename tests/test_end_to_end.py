@@ -118,6 +118,23 @@ def test_second_repro_does_nothing(built):
     assert "Running stage" not in proc.stdout
 
 
+def test_make_repro_answers_a_no_op_from_its_stamp(built):
+    """The stamp over the real DAG: current right after it is recorded, stale once a file DVC
+    checks is touched, and current again after the `dvc repro` that finds nothing to do."""
+    from pipeline import uptodate
+
+    uptodate.record(built)
+    assert uptodate.check(built).current, uptodate.check(built).reason
+    watched = json.loads((built / uptodate.STAMP).read_text())["files"]
+    assert {"dvc.lock", "params.yaml", "pipeline/cli.py", "data/eval/multiagent_opd/records.parquet"} <= set(watched)
+    os.utime(built / "pipeline" / "rl" / "trainer.py")
+    verdict = uptodate.check(built)
+    assert not verdict.current and "pipeline/rl/trainer.py" in verdict.reason
+    assert "Running stage" not in _dvc(["repro"], built).stdout
+    uptodate.record(built)
+    assert uptodate.check(built).current
+
+
 def _leaves(tree, prefix: str = "") -> set[str]:
     if isinstance(tree, dict) and tree:
         return set().union(*(_leaves(v, f"{prefix}.{k}".lstrip(".")) for k, v in tree.items()))
