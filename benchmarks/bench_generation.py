@@ -34,7 +34,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from benchmarks.machine_bound import describe, machine_bounds, print_bounds, sequence_flops
+from benchmarks.machine_bound import describe, forward_flops_per_token, machine_bounds, print_bounds, sequence_flops
 from pipeline.basemodel.lm_training import pretrain_lm
 from pipeline.basemodel.tiny_model import build_tiny_qwen3, count_parameters
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
@@ -143,9 +143,9 @@ def tick(model, tokenizer, bounds: dict[str, float]) -> tuple[float, float]:
           f"{seconds['now']:.2f} s; ratio previous/now {ratio:.2f}x (target >= {TICK_TARGET:.0f}x); "
           f"identical greedy outputs {same}/{len(prompts)}")
     generated = sum(len(o) for o in outputs["now"])
+    new = params.max_new_tokens
     work = sequence_flops(model, [len(p) for p in distinct], [0] * len(distinct)) + sum(
-        sequence_flops(model, [len(p)], [params.max_new_tokens]) - sequence_flops(model, [len(p)], [0])
-        for p in prompts)  # each distinct prompt prefilled once, every row decoded
+        new * forward_flops_per_token(model, len(p) + new / 2) for p in prompts)  # distinct prefills, every decode
     print(describe("  tick, now (generated tokens; work = distinct prefills + every row's decode)",
                    seconds["now"], generated, work, bounds))
     print(f"tick peak memory above the resident size before the call: previous {rise['previous']:.0f} MiB, "

@@ -44,7 +44,7 @@ def forward_flops_per_token(model: torch.nn.Module, context: float) -> float:
     earlier positions (on average): every linear layer's weights, the output layer, attention."""
     config = model.config
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    attention = 4 * config.num_hidden_layers * config.num_attention_heads * model.config.head_dim * context
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim * context
     return 2.0 * linear + attention
 
 

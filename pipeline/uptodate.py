@@ -33,15 +33,13 @@ class Verdict:
 
 
 def _lock_paths(root: Path) -> list[str]:
-    """Every dependency and output path dvc.lock names (params files included)."""
-    import yaml
+    """Every dependency and output path dvc.lock names for the stages of dvc.yaml (params files
+    included)."""
+    from pipeline.stages.records import lock_entries
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    lock = yaml.load((root / "dvc.lock").read_text(encoding="utf-8"), Loader=loader) or {}
     paths: set[str] = set()
-    for entry in (lock.get("stages") or {}).values():
-        for item in (entry.get("deps") or []) + (entry.get("outs") or []):
-            paths.add(item["path"])
+    for entry in lock_entries(root).values():
+        paths.update(item["path"] for item in (entry.get("deps") or []) + (entry.get("outs") or []))
         paths.update((entry.get("params") or {}).keys())
     return sorted(paths)
 
