@@ -28,8 +28,8 @@ class RunInfo:
     experiment_id: str = ""
 
 
-def _latest_runs(profile: str, root: Path | None) -> list[RunInfo]:
-    """Latest run per run name in the profile's experiment that carries a system tag."""
+def _system_runs(profile: str, root: Path | None) -> list[RunInfo]:
+    """Every run in the profile's experiment that carries a system tag and did not fail."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(root))
@@ -38,17 +38,18 @@ def _latest_runs(profile: str, root: Path | None) -> list[RunInfo]:
         return []
     runs = mlflow.search_runs(experiment_ids=[experiment.experiment_id], output_format="list",
                               filter_string="attributes.status != 'FAILED'")
+    return [RunInfo(run.info.run_name or "", run.info.run_id, run.data.tags["system"],
+                    "evaluation" if (run.info.run_name or "").startswith("evaluate@") else "training",
+                    run.info.start_time or 0, experiment.experiment_id)
+            for run in runs if run.data.tags.get("system")]
+
+
+def _latest_per_name(runs: Sequence[RunInfo]) -> list[RunInfo]:
+    """Latest run per run name, in pipeline.systems order."""
     latest: dict[str, RunInfo] = {}
-    for run in runs:
-        system = run.data.tags.get("system")
-        name = run.info.run_name or ""
-        if not system:
-            continue
-        info = RunInfo(name, run.info.run_id, system,
-                       "evaluation" if name.startswith("evaluate@") else "training", run.info.start_time or 0,
-                       experiment.experiment_id)
-        if name not in latest or info.start_time > latest[name].start_time:
-            latest[name] = info
+    for info in runs:
+        if info.name not in latest or info.start_time > latest[info.name].start_time:
+            latest[info.name] = info
     order = {s.name: i for i, s in enumerate(SYSTEMS)}
     return sorted(latest.values(), key=lambda r: (order.get(r.system, len(order)), r.kind, r.name))
 
@@ -71,15 +72,18 @@ def read_mlflow(profile: str, metrics: Sequence[CurveMetric], root: Path | None 
                 ) -> tuple[dict[str, Curve], list[RunInfo]]:
     """({system: its curves}, runs used), systems in pipeline.systems order.
 
-    A system's curves come from its latest training run that logged any of `metrics`.
+    A system's curves come from its latest training run that logged any of `metrics`: not
+    necessarily the latest run of its stage, since a run `record-runs` added for a stage DVC did
+    not run has no curves (pipeline.stages.records).
     """
     from mlflow.tracking import MlflowClient
 
-    runs = _latest_runs(profile, root)
+    every = _system_runs(profile, root)
+    runs = _latest_per_name(every)
     client = MlflowClient(tracking_uri(root))
     curves: dict[str, Curve] = {}
     used: list[RunInfo] = []
-    trained = [r for r in runs if r.kind == "training"]
+    trained = [r for r in every if r.kind == "training"]
     for system in [s.name for s in SYSTEMS if s.trained]:
         for run in sorted((r for r in trained if r.system == system), key=lambda r: -r.start_time):
             series = [_history(client, run.run_id, m.key) for m in metrics]
