@@ -229,7 +229,6 @@ class EvalParams(_Strict):
     rollout: RolloutParams
     shard_questions: int = Field(gt=0)  # questions per resumable shard (all 4 runs of each)
     seed: int
-    workers: int = Field(gt=0)  # processes sharing the shards out (torch threads split among them)
 
 
 class TrainShared(_Strict):

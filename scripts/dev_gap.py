@@ -13,7 +13,6 @@ Run from the repo root, after `make repro` (or in a clone that has data/splits a
 
 from __future__ import annotations
 
-import functools
 import resource
 import sys
 import time
@@ -26,7 +25,7 @@ from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
-from pipeline.stages.inputs import open_eval_backend, open_eval_tools, open_retriever, read_split, require_model
+from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
 
 RUNS, SEED, DRAWS, SHARD = 4, 1, 4000, 32
 WORKFLOWS = ("cascade", "hierarchy")
@@ -41,14 +40,11 @@ def main(out: Path, models: list[tuple[str, Path]], workflow: str = "cascade") -
     params = load_params("params.yaml")
     dev, retriever = read_split(root, "dev"), open_retriever(root)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
-    workers = params.eval.workers  # as the test evaluation (docs/design.md#evaluation-workers-are-a-switch-off)
     records = []
     for label, model in models:
         start = time.perf_counter()
-        tools = (open_eval_backend(model), retriever) if workers == 1 else (None, None)  # else per worker
-        r = evaluate_system(dev, *tools, cfg, RUNS, SHARD, out / label, SEED, system=label, workflow=workflow,
-                            progress=False, workers=workers,
-                            open_tools=functools.partial(open_eval_tools, model, root)).records
+        r = evaluate_system(dev, open_eval_backend(model), retriever, cfg, RUNS, SHARD, out / label, SEED,
+                            system=label, workflow=workflow, progress=False).records
         records.append(r)
         print(f"{label} ({model}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
               f"{r['search_actions'].mean():.2f} searches per workflow, "

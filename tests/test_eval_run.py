@@ -163,77 +163,6 @@ def test_the_resume_check_catches_a_shard_run_with_another_seed(tmp_path, monkey
     assert not records.equals(reference)
 
 
-def open_seeded_tools():
-    """What each evaluation worker opens (module level: workers are spawned and unpickle it)."""
-    return SeededBackend(SeededScript()), FakeRetriever()
-
-
-class Broken(FakeBackend):
-    def generate(self, *args, **kwargs):
-        raise RuntimeError("backend broke in a worker")
-
-
-def open_broken_tools():
-    return Broken(Script()), FakeRetriever()
-
-
-def test_workers_share_the_shards_and_give_the_one_process_records(tmp_path):
-    reference = _seeded(tmp_path / "one").records
-    shards: list[int] = []
-    result = _evaluate(tmp_path / "two", n=10, shard=3, backend=None, workers=2, open_tools=open_seeded_tools,
-                       on_shard=lambda i, r: shards.append(i))
-    assert sorted(shards) == [0, 1, 2, 3] and (result.computed, result.reused) == (4, 0)
-    pd.testing.assert_frame_equal(result.records, reference)
-    assert all(shard_path(tmp_path / "two", i).is_file() for i in range(4))
-
-
-def test_killed_workers_resume_from_the_shards_on_disk(tmp_path):
-    reference = _seeded(tmp_path / "one").records
-    run = {"backend": None, "workers": 2, "open_tools": open_seeded_tools}
-    with pytest.raises(Killed):
-        _evaluate(tmp_path / "two", n=10, shard=3, on_shard=_kill_after_second, **run)
-    assert not (tmp_path / "two" / "records.parquet").exists()
-    assert shard_path(tmp_path / "two", 1).is_file()
-    for late in (2, 3):  # how many others finished first depends on timing: make it two
-        shard_path(tmp_path / "two", late).unlink(missing_ok=True)
-    result = _evaluate(tmp_path / "two", n=10, shard=3, **run)
-    assert (result.reused, result.computed) == (2, 2)
-    pd.testing.assert_frame_equal(result.records, reference)
-
-
-def test_a_worker_error_reaches_the_caller_and_nothing_is_half_written(tmp_path):
-    with pytest.raises(RuntimeError, match="backend broke in a worker"):
-        _evaluate(tmp_path, n=4, shard=2, backend=None, workers=2, open_tools=open_broken_tools)
-    assert not any(shard_path(tmp_path, i).exists() for i in range(2))
-    assert not (tmp_path / "records.parquet").exists()
-
-
-def test_workers_share_the_parents_torch_threads(tmp_path):
-    import torch
-
-    from pipeline.eval.run import worker_threads
-
-    assert worker_threads(1) == torch.get_num_threads()
-    assert worker_threads(10 * torch.get_num_threads()) == 1
-    one = _evaluate(tmp_path / "a", n=4, shard=2)
-    stored = json.loads((tmp_path / "a" / "shards" / "fingerprint.json").read_text())
-    assert stored["parts"]["threads"] == torch.get_num_threads() and one.computed == 2
-
-
-def test_bad_worker_settings_raise_input_error(tmp_path):
-    with pytest.raises(InputError, match="workers must be >= 1"):
-        _evaluate(tmp_path, workers=0)
-    with pytest.raises(InputError, match="needs open_tools"):
-        _evaluate(tmp_path, workers=2)
-    with pytest.raises(InputError, match="needs a backend"):
-        evaluate_system(make_questions(2), None, FakeRetriever(), CFG, 4, 2, tmp_path, 0, system="x",
-                        workflow="hierarchy")
-
-
-def open_fake_stage_tools(model_dir, root):
-    return FakeBackend(Script()), FakeRetriever()
-
-
 def test_fingerprint_mismatch_discards_old_shards(tmp_path):
     first = _evaluate(tmp_path, n=6, shard=2, fingerprint_extra={"model": "a"})
     assert first.computed == 3
@@ -286,7 +215,8 @@ def test_evaluate_stage_writes_records_and_one_mlflow_run(tmp_path, monkeypatch,
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"weights")
-    monkeypatch.setattr(eval_stages, "open_eval_tools", open_fake_stage_tools)
+    monkeypatch.setattr(eval_stages, "open_eval_backend", lambda path: FakeBackend(Script()))
+    monkeypatch.setattr(eval_stages, "open_retriever", lambda root: FakeRetriever())
 
     summary = STAGES["evaluate"](params, root, "c_mas_base")
     records = pd.read_parquet(root / "data" / "eval" / "c_mas_base" / "records.parquet")
@@ -300,13 +230,5 @@ def test_evaluate_stage_writes_records_and_one_mlflow_run(tmp_path, monkeypatch,
 
     (model / "model.safetensors").write_bytes(b"retrained")  # new weights: old shards are discarded
     assert STAGES["evaluate"](params, root, "c_mas_base")["shards_computed"] == 1
-
-    two = params.model_copy(update={"active": params.active.model_copy(
-        update={"eval": params.eval.model_copy(update={"workers": 2})})})
-    summary = STAGES["evaluate"](two, root, "c_mas_base")
-    assert (summary["workers"], summary["shards_computed"]) == (2, 1)  # other threads: shards recomputed
-    assert summary["worker_peak_rss_mb"] > 0
-    pd.testing.assert_frame_equal(pd.read_parquet(root / "data" / "eval" / "c_mas_base" / "records.parquet"),
-                                  records)
     with pytest.raises(InputError, match="system: expected one of .*got 'nope'"):
         STAGES["evaluate"](params, root, "nope")

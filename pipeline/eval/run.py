@@ -6,13 +6,6 @@ Answerer candidate. Each finished shard is written atomically to
 `<out_dir>/shards/shard-00007.parquet`; a restarted evaluation skips the shards already
 there, and `<out_dir>/records.parquet` is the concatenation of all shards.
 
-With `workers` > 1 the pending shards are shared out among that many spawned processes, each
-opening its own backend and retriever (`open_tools`) and running torch on its share of the
-parent's threads; a worker writes its shards itself, the same atomic files. Where a decode
-step is bound by its fixed cost per forward pass, two one-thread processes beat one two-thread
-process; a thread count changes the floating-point sums, so some sampled tokens may differ
-from a one-process run's (measured: docs/profile.md#evaluation-workers).
-
 `<out_dir>/shards/fingerprint.json` holds a hash of everything that determines the
 records (questions, workflow config, runs, shard size, seed, system, the pipeline's source,
 and the caller's extra parts such as the model weights); when it differs, the old shards are
@@ -24,10 +17,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +37,6 @@ from pipeline.retrieval.base import Retriever
 
 FINGERPRINT_FILE = "fingerprint.json"
 ShardHook = Callable[[int, pd.DataFrame], None]
-ToolsOpener = Callable[[], "tuple[PolicyBackend, Retriever]"]  # picklable: workers are spawned
-_WORKER: dict[str, Any] = {}  # a worker process's own backend and retriever
 
 
 @dataclasses.dataclass
@@ -87,11 +76,10 @@ def _digest(obj: Any) -> str:
 
 
 def _fingerprint(rows: list[dict], cfg: WorkflowConfig, runs: int, shard_questions: int,
-                 seed: int, system: str, workflow: str, extra: Mapping[str, Any], threads: int) -> dict[str, Any]:
+                 seed: int, system: str, workflow: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     parts = {
         "questions": _digest(rows), "config": dataclasses.asdict(cfg), "runs": runs,
         "shard_questions": shard_questions, "seed": seed, "system": system, "workflow": workflow,
-        "threads": threads,  # torch threads per process change the floating-point sums
         "code": code_version(),  # shards of other code are recomputed
         "extra": dict(extra),
     }
@@ -133,52 +121,10 @@ def evaluate_shard(rows: list[dict], backend: PolicyBackend, retriever: Retrieve
     return score_rollout(run_workflow(workflow, rows, backend, retriever, cfg, n_traj=runs, seed=seed), system)
 
 
-def _start_worker(open_tools: ToolsOpener, threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-    _WORKER["tools"] = open_tools()
-
-
-def _write_shard(backend: PolicyBackend, retriever: Retriever, path: Path, rows: list[dict], cfg: WorkflowConfig,
-                 workflow: str, system: str, runs: int, seed: int) -> pd.DataFrame:
-    records = evaluate_shard(rows, backend, retriever, cfg, workflow, system, runs, seed)
-    write_parquet(path, records)
-    return records
-
-
-def _worker_shard(*task: Any) -> pd.DataFrame:
-    """In a worker process: one shard with the worker's own backend and retriever."""
-    return _write_shard(*_WORKER["tools"], *task)
-
-
-def worker_threads(workers: int) -> int:
-    """Torch threads of each of `workers` processes: the parent's threads shared out, at least 1.
-    Fixed by the worker count alone, so a resumed evaluation computes with the same threads."""
-    import torch
-
-    return max(1, torch.get_num_threads() // workers)
-
-
-def _run_in_workers(pending: list[int], workers: int, open_tools: ToolsOpener, task: Callable[[int], tuple],
-                    on_done: Callable[[int, pd.DataFrame], None], bar: tqdm) -> None:
-    pool = ProcessPoolExecutor(min(workers, len(pending)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(open_tools, worker_threads(workers)))
-    try:
-        futures: dict[Future, int] = {pool.submit(_worker_shard, *task(i)): i for i in pending}
-        for future in as_completed(futures):
-            on_done(futures[future], future.result())
-            bar.update()
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
 def evaluate_system(
     questions: pd.DataFrame | list[dict],
-    backend: PolicyBackend | None,
-    retriever: Retriever | None,
+    backend: PolicyBackend,
+    retriever: Retriever,
     cfg: WorkflowConfig,
     runs: int,
     shard_questions: int,
@@ -190,24 +136,14 @@ def evaluate_system(
     fingerprint_extra: Mapping[str, Any] | None = None,
     on_shard: ShardHook | None = None,
     progress: bool = True,
-    workers: int = 1,
-    open_tools: ToolsOpener | None = None,
 ) -> EvalResult:
     """Evaluate `system` on every question `runs` times; write shards and records.parquet.
 
     `on_shard(index, records)` is called after each newly computed shard is on disk
-    (tests use it to simulate a kill). With `workers` > 1, `open_tools()` opens the backend
-    and retriever inside each worker and `backend`/`retriever` are not used (may be None).
-    Returns the concatenated records.
+    (tests use it to simulate a kill). Returns the concatenated records.
     """
     if runs < 1 or shard_questions < 1:
         raise InputError(f"eval: runs and shard_questions must be >= 1, got {runs}, {shard_questions}")
-    if workers < 1:
-        raise InputError(f"eval: workers must be >= 1, got {workers}")
-    if workers > 1 and open_tools is None:
-        raise InputError("eval: workers > 1 needs open_tools, which opens a backend and retriever in each worker")
-    if workers == 1 and (backend is None or retriever is None):
-        raise InputError("eval: one-process evaluation needs a backend and a retriever")
     if cfg.n_candidates != 1:
         raise InputError("eval: expected 1 Answerer candidate (common.protocol.eval_candidates), "
                          f"got {cfg.n_candidates}")
@@ -216,31 +152,23 @@ def evaluate_system(
     rows = question_rows(questions)
     if not rows:
         raise InputError("eval: no test questions")
-    fingerprint = _fingerprint(rows, cfg, runs, shard_questions, seed, system, workflow, fingerprint_extra or {},
-                               worker_threads(workers))
+    fingerprint = _fingerprint(rows, cfg, runs, shard_questions, seed, system, workflow, fingerprint_extra or {})
     _prepare_shard_dir(out_dir / "shards", fingerprint)
 
     shards = [rows[i : i + shard_questions] for i in range(0, len(rows), shard_questions)]
-    pending = [i for i in range(len(shards)) if not _finished(shard_path(out_dir, i), shards[i], runs)]
-    reused, computed = len(shards) - len(pending), 0
-    bar = tqdm(total=len(shards), initial=reused, desc=f"evaluate {system}", unit="shard", disable=not progress)
-
-    def done(index: int, records: pd.DataFrame) -> None:
-        nonlocal computed
+    computed = reused = 0
+    bar = tqdm(range(len(shards)), desc=f"evaluate {system}", unit="shard", disable=not progress)
+    for index in bar:
+        path = shard_path(out_dir, index)
+        if _finished(path, shards[index], runs):
+            reused += 1
+            continue
+        records = evaluate_shard(shards[index], backend, retriever, cfg, workflow, system, runs,
+                                 shard_seed(seed, index))
+        write_parquet(path, records)
         computed += 1
         if on_shard is not None:
             on_shard(index, records)
-
-    def task(index: int) -> tuple:
-        return (shard_path(out_dir, index), shards[index], cfg, workflow, system, runs, shard_seed(seed, index))
-
-    if workers > 1 and pending:
-        _run_in_workers(pending, workers, open_tools, task, done, bar)
-    else:
-        for index in pending:
-            done(index, _write_shard(backend, retriever, *task(index)))
-            bar.update()
-    bar.close()
 
     records = pd.concat([pd.read_parquet(shard_path(out_dir, i)) for i in range(len(shards))],
                         ignore_index=True)

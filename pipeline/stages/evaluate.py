@@ -3,9 +3,7 @@ flexible extraction, resumable shard by shard (pipeline.eval.run); data/eval/<sy
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import resource
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,7 @@ from pipeline.config import Params, workflow_config
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir
 from pipeline.run_artifacts import KIND_TAG, link_weights
-from pipeline.stages.inputs import open_eval_tools, read_split
+from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
 from pipeline.systems import system
 from pipeline.tracking import flatten, stage_run
 
@@ -73,9 +71,8 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
                    tags=sys_.run_tags, root=root) as mlf:
         test_path = paths.split("test")
         questions = read_split(root, "test")
-        workers = params.eval.workers
-        open_tools = functools.partial(open_eval_tools, model_dir, root)
-        backend, retriever = open_tools() if workers == 1 else (None, None)  # else each worker opens its own
+        backend = open_eval_backend(model_dir)
+        retriever = open_retriever(root)
         cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
         extra = {
             "model": model_fingerprint(model_dir), "test_split": _file_hash(test_path),
@@ -85,7 +82,7 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
         out_dir = eval_dir(root, system_name)
         result = evaluate_system(questions, backend, retriever, cfg, runs, params.eval.shard_questions, out_dir,
                                  params.eval.seed, system=system_name, workflow=sys_.workflow,
-                                 fingerprint_extra=extra, workers=workers, open_tools=open_tools)
+                                 fingerprint_extra=extra)
         records = result.records
         metrics = evaluation_metrics(records, runs)
         metrics.update({"records": len(records), "shards_computed": result.computed, "shards_reused": result.reused,
@@ -93,11 +90,4 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
         mlf.log_metrics(metrics)
         log_evaluation(mlf, out_dir / "records.parquet", extra["model"], system_name)
     return {"system": system_name, "records": len(records), "macro_avg@4": metrics[f"macro_avg_at_{runs}"],
-            "shards_computed": result.computed, "shards_reused": result.reused, "seconds": round(result.seconds, 1),
-            "workers": workers, "worker_peak_rss_mb": _worker_peak_rss_mb() if workers > 1 else None}
-
-
-def _worker_peak_rss_mb() -> float:
-    """The largest worker's peak RSS (the stage's timing line holds the parent's; the stage's
-    memory is at most the parent's plus `workers` times this)."""
-    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+            "shards_computed": result.computed, "shards_reused": result.reused, "seconds": round(result.seconds, 1)}

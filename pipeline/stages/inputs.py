@@ -58,11 +58,6 @@ def open_policy(model_dir: Path, max_batch_size: int = 256):
                      max_batch_size=max_batch_size)
 
 
-def open_eval_tools(model_dir: Path, root: Path):
-    """An evaluation's backend and retriever (what each evaluation worker opens for itself)."""
-    return open_eval_backend(model_dir), open_retriever(root)
-
-
 def open_eval_backend(model_dir: Path):
     """The evaluation's backend: in process (bfloat16 on the GPU when there is one), or, when
     $MAOPD_SGLANG_URL names a running SGLang server, that server, switched to the weights of
