@@ -16,7 +16,7 @@ from pipeline.report.curves import CURVE_METRICS, Curve, CurveMetric, questions_
 from pipeline.report.intervals import macro_intervals
 from pipeline.report.paper import code_line
 from pipeline.report.results import compute_results
-from pipeline.report.scale import measure_scale, scale_section
+from pipeline.report.scale import detectable_gap, measure_scale, scale_section
 from pipeline.systems import BY_NAME, SYSTEMS, TRAINED
 
 QUOTAS = {"nq": 30, "hotpotqa": 20, "bamboogle": 10}
@@ -200,3 +200,21 @@ def test_a_coarse_scale_says_it_cannot_test_the_ordering_under_cannot_show(evalu
     lines = {line.split("**")[1]: line
              for line in scale_section(measure_scale(results, intervals), "ci", "m", 95, "multiagent_opd").splitlines()}
     assert "neither confirm nor refute" in lines["Cannot show:"] and "ordering" not in lines["Can show:"]
+
+
+@pytest.mark.parametrize("power", [0.5, 0.8, 0.9])
+def test_a_detectable_gap_excludes_zero_that_often_in_simulated_runs(power):
+    half_width, level = 1.7, 95
+    gap = detectable_gap(half_width, level, power)
+    estimates = np.random.default_rng(0).normal(gap, half_width / 1.959964, size=40_000)  # one run's gap each
+    assert np.mean(estimates - half_width > 0) == pytest.approx(power, abs=0.01)
+
+
+def test_the_scale_section_states_the_power_of_its_own_resolution(evaluated):
+    _, results, intervals = evaluated
+    scale = measure_scale(results, intervals)
+    lines = {line.split("**")[1]: line for line in scale_section(scale, "ci", "m", 95, "multiagent_opd").splitlines()}
+    half = scale.gap_half_width
+    assert f"a true gap of about {half:.1f} points excludes zero in about half" in lines["Power:"]
+    assert f"{detectable_gap(half, 95, 0.8):.1f} points in 4 runs of 5" in lines["Power:"]
+    assert f"from about {detectable_gap(half, 95, 0.8 ** 0.5):.1f} points" in lines["Power:"]

@@ -1,11 +1,13 @@
 """At what scale a report was made and what that scale can and cannot show, from the run's
-own intervals: how wide they are, which gaps they resolve, and how many test questions
-the paper's smallest published gap would need at the same spread."""
+own intervals: how wide they are, which gaps they resolve, how large a true gap must be to be
+resolved in most runs, and how many test questions the paper's smallest published gap would
+need at the same spread."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import pandas as pd
 
@@ -30,6 +32,13 @@ class Scale:
 
 def _label(system: str) -> str:
     return BY_NAME[system].label if system in BY_NAME else system
+
+
+def detectable_gap(half_width: float, level: int, power: float) -> float:
+    """The true gap whose interval excludes zero with probability `power` in one run whose
+    intervals have this half-width (normal approximation: half-width = z x standard error)."""
+    z = NormalDist().inv_cdf(0.5 + level / 200)
+    return half_width * (z + NormalDist().inv_cdf(power)) / z
 
 
 def measure_scale(results: Results, intervals: pd.DataFrame) -> Scale | None:
@@ -93,4 +102,8 @@ def scale_section(scale: Scale | None, profile: str, model: str, level: int, tar
                        f"needs about {scale.questions_needed:,} test questions per system (intervals narrow as "
                        "1/sqrt(n)).")
     lines.append(cannot)
+    lines.append(f"**Power:** a true gap of about {resolution:.1f} points excludes zero in about half of the "
+                 f"runs of this size; one of about {detectable_gap(resolution, level, 0.8):.1f} points in 4 runs "
+                 f"of 5, and in both of two independent runs (80% chance) from about "
+                 f"{detectable_gap(resolution, level, math.sqrt(0.8)):.1f} points (normal approximation).")
     return "\n".join(f"- {line}" for line in lines)
