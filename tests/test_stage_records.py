@@ -109,3 +109,57 @@ def test_a_stage_missing_from_dvc_lock_is_an_input_error(repo, params):
 
     with pytest.raises(InputError, match="no dvc.lock entry for index"):
         record_runs(params, repo, stages=["index"])
+
+
+def _trained(repo, system: str, weights: bytes, dev_em: list[float]) -> tuple[str, str]:
+    """A training run of `system` that wrote `weights` and logged a dev_em curve; returns its
+    run id and the weights' hash."""
+    from pipeline.eval.run import model_fingerprint
+    from pipeline.paths import model_dir
+    from pipeline.run_artifacts import KIND_TAG, WEIGHTS_SHA_TAG
+
+    folder = model_dir(repo, system)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.safetensors").write_bytes(weights)
+    sha = model_fingerprint(folder)
+    with stage_run(f"train@{system}", "ci", {"shared.dev_questions": 128}, tags={"system": system}, root=repo) as mlf:
+        for step, value in zip((0, 16, 32), dev_em):
+            mlf.log_metric("dev_em", value, step=step)
+        mlf.set_tags({KIND_TAG: "training", WEIGHTS_SHA_TAG: sha})
+        return mlf.active_run().info.run_id, sha
+
+
+def _lock_with_training(repo, system: str) -> None:
+    entry = {"cmd": f"python -m pipeline run train {system}", "outs": [{"path": f"data/models/{system}", "md5": "eee.dir"}]}
+    (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {f"train@{system}": entry}}))
+
+
+def test_a_recorded_training_run_carries_the_curves_of_the_run_that_trained_its_weights(repo, params):
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.stages.records import CURVES_FROM_TAG
+
+    source, _ = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
+    _lock_with_training(repo, "multiagent_opd")
+    (done,) = record_runs(params, repo)
+    assert done.action == "recorded"
+    recorded = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_run(done.run_id)
+    assert recorded.data.tags[CURVES_FROM_TAG] == source and recorded.data.tags[OUTCOME_TAG].startswith("not run")
+    history = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_metric_history(done.run_id, "dev_em")
+    assert [(m.step, m.value) for m in history] == [(0, 0.25), (16, 0.30), (32, 0.35)]
+    assert recorded.data.params["shared.dev_questions"] == "128"  # the report reads curve sizes from params
+    assert f"copied from run {source}" in recorded.data.tags["mlflow.note.content"]
+
+
+def test_a_recorded_training_run_copies_no_curves_from_a_run_that_wrote_other_weights(repo, params):
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.stages.records import CURVES_FROM_TAG
+
+    _trained(repo, "multiagent_opd", b"old weights", [0.25, 0.30, 0.35])
+    (repo / "data/models/multiagent_opd/model.safetensors").write_bytes(b"new weights")  # trained elsewhere
+    _lock_with_training(repo, "multiagent_opd")
+    (done,) = record_runs(params, repo)
+    recorded = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_run(done.run_id)
+    assert CURVES_FROM_TAG not in recorded.data.tags and "dev_em" not in recorded.data.metrics
+    assert "no training curves" in recorded.data.tags["mlflow.note.content"]

@@ -74,7 +74,8 @@ def read_mlflow(profile: str, metrics: Sequence[CurveMetric], root: Path | None 
 
     A system's curves come from its latest training run that logged any of `metrics`: not
     necessarily the latest run of its stage, since a run `record-runs` added for a stage DVC did
-    not run has no curves (pipeline.stages.records).
+    not run has none when the store lacks the run that trained its weights
+    (pipeline.stages.records).
     """
     from mlflow.tracking import MlflowClient
 

@@ -14,8 +14,10 @@ stage), each stage of dvc.lock is looked up in the store by the state dvc.lock r
   run, and why) and `dvc_state`, with the stage's params from dvc.lock and what can be logged
   from its outputs without computing anything (the report folder, the Data Docs, an evaluation's
   records and metrics, the weights' hash and, when the store has no copy, the model itself).
-  A training stage's per-step curves exist only in the run that trained it: a recorded
-  training run has none.
+  A training stage's per-step curves are made only by the run that trained it: a recorded
+  training run copies them from the finished run of the same system that wrote the same
+  weights (tag `curves_from`), when the store holds one, so the newest run of every stage
+  shows its curves in MLflow's UI.
 
 So every stage has a run whose `dvc_state` is the one dvc.lock holds, and a link by run name
 (pipeline.mlflow_ui.run_link) resolves in any store after `make repro`.
@@ -42,6 +44,7 @@ from pipeline.tracking import experiment_name, flatten, stage_run, tracking_uri
 STATE_TAG = "dvc_state"  # sha256 of the stage's dvc.lock entry: the state the run stands for
 OUTCOME_TAG = "dvc_outcome"  # ran | not run: <why>
 NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI
+CURVES_FROM_TAG = "curves_from"  # on a recorded training run: the run its metrics were copied from
 OUTCOMES = {
     None: "not run: up to date, or restored from DVC's run cache (its outputs match dvc.lock)",
     "skipped": "not run: up to date (its deps, params and outputs match dvc.lock)",
@@ -94,7 +97,7 @@ def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) 
     """Log what the stage's outputs give without computing anything; returns a sentence for
     the note."""
     from pipeline.eval.run import model_fingerprint
-    from pipeline.run_artifacts import log_model
+    from pipeline.run_artifacts import log_curves, log_model
 
     paths = Paths(root)
     kind, _, name = stage.partition("@")
@@ -133,9 +136,45 @@ def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) 
         else:
             log_model(mlf, folder, "base_model" if stage == "base_model" else name,
                       {"profile": params.profile, "stage": stage}, params.tracking.log_model_max_mb)
-        return ("Its weights' hash is tagged (and the model logged when the store had no copy); its training "
-                "curves are only in the run that trained it.")
+        said = "Its weights' hash is tagged (and the model logged when the store had no copy)"
+        if kind == "train":
+            source = _training_run(client, experiment_id, sha, name)
+            if source is None:
+                return f"{said}; no run of this store trained these weights, so it has no training curves."
+            copied = _copy_metrics(client, source, mlf.active_run().info.run_id)
+            mlf.set_tag(CURVES_FROM_TAG, source)
+            log_curves(mlf)
+            return f"{said}; its {copied} metrics and curves are copied from run {source}, which trained these weights."
+        return f"{said}."
     return ""
+
+
+def _training_run(client: Any, experiment_id: str, sha: str, system: str) -> str | None:
+    """The newest finished run of `system` that trained weights with this hash (not one that
+    only recorded them)."""
+    runs = client.search_runs([experiment_id], f"tags.{WEIGHTS_SHA_TAG} = '{sha}' and tags.system = '{system}' "
+                                               "and attributes.status = 'FINISHED'",
+                              order_by=["attributes.start_time DESC"], max_results=50)
+    trained = [r for r in runs if not r.data.tags.get(OUTCOME_TAG, "").startswith("not run")]
+    return trained[0].info.run_id if trained else None
+
+
+def _copy_metrics(client: Any, source: str, target: str) -> int:
+    """Every metric of run `source`, each step of its history, into run `target`, and those of
+    its params `target` lacks (the trained run names them as the stage logged them, the
+    recorded run by their params.yaml keys); returns the number of metrics."""
+    from mlflow.entities import Metric, Param
+
+    data = client.get_run(source).data
+    history = [Metric(m.key, m.value, m.timestamp, m.step) for key in data.metrics
+               for m in client.get_metric_history(source, key)]
+    for start in range(0, len(history), 1000):  # MLflow's limit per batch
+        client.log_batch(target, metrics=history[start:start + 1000])
+    present = client.get_run(target).data.params
+    params = [Param(k, v) for k, v in data.params.items() if k not in present]
+    for start in range(0, len(params), 100):  # MLflow's limit per batch
+        client.log_batch(target, params=params[start:start + 100])
+    return len(data.metrics)
 
 
 def _newest(client: Any, experiment_id: str, query: str) -> Any:
