@@ -130,7 +130,8 @@ def _trained(repo, system: str, weights: bytes, dev_em: list[float]) -> tuple[st
 
 
 def _lock_with_training(repo, system: str) -> None:
-    entry = {"cmd": f"python -m pipeline run train {system}", "outs": [{"path": f"data/models/{system}", "md5": "eee.dir"}]}
+    entry = {"cmd": f"python -m pipeline run train {system}",
+             "outs": [{"path": f"data/models/{system}", "md5": "eee.dir"}]}
     (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {f"train@{system}": entry}}))
 
 
