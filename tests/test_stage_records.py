@@ -164,3 +164,23 @@ def test_a_recorded_training_run_copies_no_curves_from_a_run_that_wrote_other_we
     recorded = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_run(done.run_id)
     assert CURVES_FROM_TAG not in recorded.data.tags and "dev_em" not in recorded.data.metrics
     assert "no training curves" in recorded.data.tags["mlflow.note.content"]
+
+
+def test_the_run_that_trained_the_weights_is_found_behind_pages_of_recorded_runs(repo, params, monkeypatch):
+    """Each `make repro` that skips a training stage records one more run with the same weights'
+    hash and system; the search for the run that trained them reads past every page of those."""
+    from mlflow.tracking import MlflowClient
+
+    import pipeline.stages.records as records
+
+    monkeypatch.setattr(records, "SEARCH_PAGE_SIZE", 1)
+    source, _ = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    for md5 in ("e1.dir", "e2.dir", "e3.dir"):  # three repros, three dvc.lock states, same weights
+        time.sleep(0.01)
+        entry = {"cmd": "python -m pipeline run train multiagent_opd",
+                 "outs": [{"path": "data/models/multiagent_opd", "md5": md5}]}
+        (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"train@multiagent_opd": entry}}))
+        (done,) = record_runs(params, repo)
+        assert done.action == "recorded"
+        assert client.get_run(done.run_id).data.tags[records.CURVES_FROM_TAG] == source

@@ -45,6 +45,7 @@ STATE_TAG = "dvc_state"  # sha256 of the stage's dvc.lock entry: the state the r
 OUTCOME_TAG = "dvc_outcome"  # ran | not run: <why>
 NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI
 CURVES_FROM_TAG = "curves_from"  # on a recorded training run: the run its metrics were copied from
+SEARCH_PAGE_SIZE = 50  # runs per MLflow search page; the searches below read every page
 OUTCOMES = {
     None: "not run: up to date, or restored from DVC's run cache (its outputs match dvc.lock)",
     "skipped": "not run: up to date (its deps, params and outputs match dvc.lock)",
@@ -88,8 +89,20 @@ def _outs_note(entry: dict) -> str:
     return "; ".join(outs) or "none"
 
 
+def _search_pages(client: Any, experiment_id: str, query: str, order_by: list[str] | None = None) -> Iterable[Any]:
+    """Every run matching `query`, page by page (each `make repro` adds runs with the same tags)."""
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], query, order_by=order_by, max_results=SEARCH_PAGE_SIZE,
+                                  page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
 def _weights_logged(client: Any, experiment_id: str, sha: str) -> bool:
-    runs = client.search_runs([experiment_id], f"tags.{WEIGHTS_SHA_TAG} = '{sha}'", max_results=50)
+    runs = _search_pages(client, experiment_id, f"tags.{WEIGHTS_SHA_TAG} = '{sha}'")
     return any(r.data.tags.get("model_logged", "").startswith("yes") for r in runs)
 
 
@@ -152,11 +165,11 @@ def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) 
 def _training_run(client: Any, experiment_id: str, sha: str, system: str) -> str | None:
     """The newest finished run of `system` that trained weights with this hash (not one that
     only recorded them)."""
-    runs = client.search_runs([experiment_id], f"tags.{WEIGHTS_SHA_TAG} = '{sha}' and tags.system = '{system}' "
-                                               "and attributes.status = 'FINISHED'",
-                              order_by=["attributes.start_time DESC"], max_results=50)
-    trained = [r for r in runs if not r.data.tags.get(OUTCOME_TAG, "").startswith("not run")]
-    return trained[0].info.run_id if trained else None
+    runs = _search_pages(client, experiment_id, f"tags.{WEIGHTS_SHA_TAG} = '{sha}' and tags.system = '{system}' "
+                                                "and attributes.status = 'FINISHED'",
+                         order_by=["attributes.start_time DESC"])
+    trained = (r for r in runs if not r.data.tags.get(OUTCOME_TAG, "").startswith("not run"))
+    return next((r.info.run_id for r in trained), None)
 
 
 def _copy_metrics(client: Any, source: str, target: str) -> int:
