@@ -129,9 +129,9 @@ def _trained(repo, system: str, weights: bytes, dev_em: list[float]) -> tuple[st
         return mlf.active_run().info.run_id, sha
 
 
-def _lock_with_training(repo, system: str) -> None:
+def _lock_with_training(repo, system: str, md5: str = "eee.dir") -> None:
     entry = {"cmd": f"python -m pipeline run train {system}",
-             "outs": [{"path": f"data/models/{system}", "md5": "eee.dir"}]}
+             "outs": [{"path": f"data/models/{system}", "md5": md5}]}
     (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {f"train@{system}": entry}}))
 
 
@@ -178,9 +178,7 @@ def test_the_run_that_trained_the_weights_is_found_behind_pages_of_recorded_runs
     client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
     for md5 in ("e1.dir", "e2.dir", "e3.dir"):  # three repros, three dvc.lock states, same weights
         time.sleep(0.01)
-        entry = {"cmd": "python -m pipeline run train multiagent_opd",
-                 "outs": [{"path": "data/models/multiagent_opd", "md5": md5}]}
-        (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"train@multiagent_opd": entry}}))
+        _lock_with_training(repo, "multiagent_opd", md5)
         (done,) = record_runs(params, repo)
         assert done.action == "recorded"
         assert client.get_run(done.run_id).data.tags[records.CURVES_FROM_TAG] == source
