@@ -1,0 +1,175 @@
+"""One full run's figures, as the results table and the Stage-II diagnostics quote them.
+
+Reads what `make repro` leaves in a checkout: `data/timings.jsonl` (stage time and peak RSS; absent
+in a fresh clone, whose committed report is still summarised) and the report of the profile
+(`reports/metrics.json`, `reports/<profile>/paper.md`, `reports/<profile>/curves/`). Prints:
+stage time and peak RSS, every MultiAgent-OPD gap and the Stage-I gap beside the paper's,
+each system's forced-answer share, the dev Searcher KL to the Teacher at every curve point, the
+tied and zero-advantage group shares per role (mean over steps), and the row for
+docs/results.md's table. It computes nothing new: every figure is the run's own.
+Run from the repo root:
+    python scripts/run_summary.py [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.errors import InputError
+from pipeline.report.comparisons import published_gap
+from pipeline.systems import BY_NAME, SYSTEMS, TEACHER
+
+ROLES = ("leader", "searcher", "answerer")
+STAGE_ONE = (TEACHER, "c_mas_base")
+NO_SUPERVISION = "ablation_no_searcher_supervision"
+RSS_LIMIT_MB = 4096  # the project's per-stage memory bound for the tiny profile
+_GAP = re.compile(r"([+-]\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]")
+# the columns of docs/results.md's table this script fills, after the run's own description
+ROW_GAPS = (STAGE_ONE, ("multiagent_opd", "h_mas_base"), ("multiagent_opd", "prompted_critic"),
+            ("multiagent_opd", NO_SUPERVISION))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror}); run `make repro` first") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}, line {err.lineno}: not valid JSON") from None
+
+
+def stage_times(root: Path) -> dict[str, dict] | None:
+    """The latest entry of each stage in data/timings.jsonl, or None when the file is absent."""
+    path = root / "data" / "timings.jsonl"
+    if not path.exists():
+        return None
+    latest = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            entry = json.loads(line)
+            latest[entry["stage"]] = {"seconds": float(entry["seconds"]), "peak_rss_mb": float(entry["peak_rss_mb"])}
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise InputError(f"{path}, line {number}: expected a JSON object with stage, seconds and "
+                             "peak_rss_mb") from None
+    return latest
+
+
+def gaps(metrics: dict, paper_md: str, paper_path: Path) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(target, baseline) -> (diff, low, high): the target system's gaps from metrics.json, and
+    the Stage-I gap from the report's comparisons table (metrics.json holds the target's only)."""
+    target = metrics["target_system"]
+    out = {(target, key.removeprefix("vs_")): (g["diff"], g["low"], g["high"]) for key, g in metrics["gaps"].items()}
+    label = f"| {BY_NAME[STAGE_ONE[0]].label} - {BY_NAME[STAGE_ONE[1]].label} |"
+    for line in paper_md.splitlines():
+        if line.startswith(label):
+            found = _GAP.search(line.split("|")[3])
+            if found is None:
+                raise InputError(f"{paper_path}: the row {label!r} has no 'diff [low, high]' in its third cell")
+            out[STAGE_ONE] = tuple(float(x) for x in found.groups())
+    return out
+
+
+def curve(folder: Path, metric: str) -> pd.DataFrame | None:
+    path = folder / f"{metric}.csv"
+    if not path.exists():
+        return None
+    frame = pd.read_csv(path)
+    if not {"step", "system", metric} <= set(frame.columns):
+        raise InputError(f"{path}: expected the columns step, system and {metric}")
+    return frame
+
+
+def _in_registry_order(systems) -> list[str]:
+    present = set(systems)
+    return [s.name for s in SYSTEMS if s.name in present]
+
+
+def _gap_text(gap: tuple[float, float, float]) -> str:
+    return f"{gap[0]:+.2f} [{gap[1]:.2f}, {gap[2]:.2f}]"
+
+
+def summary(root: Path, profile: str) -> list[str]:
+    metrics = _read_json(root / "reports" / "metrics.json")
+    paper_path = root / "reports" / profile / "paper.md"
+    try:
+        paper_md = paper_path.read_text()
+    except OSError as err:
+        raise InputError(f"{paper_path}: cannot read ({err.strerror}); run `make repro` first") from None
+    curves = root / "reports" / profile / "curves"
+    lines = [f"Run of {root.resolve()} (profile {profile}, report of {metrics.get('profile', '?')})"]
+
+    times = stage_times(root)
+    stage_min = rss = "-"
+    if times is None:
+        lines.append("Stage time: no data/timings.jsonl here (make repro writes it)")
+    else:
+        heaviest = max(times, key=lambda s: times[s]["peak_rss_mb"])
+        stage_min = f"{sum(t['seconds'] for t in times.values()) / 60:.1f}"
+        rss = f"{times[heaviest]['peak_rss_mb']:,.0f} MB"
+        over = [s for s, t in times.items() if t["peak_rss_mb"] >= RSS_LIMIT_MB]
+        limit = f"over {RSS_LIMIT_MB} MB: {', '.join(over)}" if over else f"every stage under {RSS_LIMIT_MB} MB"
+        lines.append(f"Stage time: {len(times)} stages, {stage_min} min; peak RSS {rss} ({heaviest}); {limit}")
+
+    measured = gaps(metrics, paper_md, paper_path)
+    lines.append("Gaps, macro avg@4 with the paired 95% interval (paper beside):")
+    order = [s.name for s in SYSTEMS]
+    for (target, baseline), gap in sorted(measured.items(), key=lambda kv: (kv[0] != STAGE_ONE, order.index(kv[0][1]))):
+        lines.append(f"  {BY_NAME[target].label} - {BY_NAME[baseline].label}: {_gap_text(gap)}  "
+                     f"(paper {published_gap(target, baseline)[0]:+.2f})")
+
+    forced = [f"{BY_NAME[s].label} {metrics['systems'][s]['behaviour']['forced_answer_share']:.2f}"
+              for s in _in_registry_order(metrics["systems"])]
+    lines.append("Forced answers (% of workflows): " + ", ".join(forced))
+
+    kl = curve(curves, "dev_searcher_kl")
+    kl_end = "-"
+    if kl is not None:
+        lines.append("Dev Searcher KL to the Teacher, by step:")
+        for system in _in_registry_order(kl["system"].unique()):
+            rows = kl[kl["system"] == system].sort_values("step")
+            points = ", ".join(f"{int(r.step)} {r.dev_searcher_kl:.4f}" for r in rows.itertuples())
+            lines.append(f"  {BY_NAME[system].label}: {points}")
+        opd = kl[kl["system"] == metrics["target_system"]].sort_values("step")
+        no_supervision = kl[kl["system"] == NO_SUPERVISION].sort_values("step")
+        if len(opd):
+            kl_end = (f"{opd.dev_searcher_kl.iloc[0]:.4f} -> {opd.dev_searcher_kl.iloc[-1]:.4f}"
+                      + (f" ({no_supervision.dev_searcher_kl.iloc[-1]:.4f})" if len(no_supervision) else ""))
+
+    lines.append("Groups tied on the outcome / with zero advantage, mean share over steps:")
+    for role in ROLES:
+        tied, zero = curve(curves, f"tied_groups_{role}"), curve(curves, f"zero_adv_groups_{role}")
+        if tied is None or zero is None:
+            continue
+        tied_mean = tied.groupby("system")[f"tied_groups_{role}"].mean()
+        zero_mean = zero.groupby("system")[f"zero_adv_groups_{role}"].mean()
+        shares = [f"{BY_NAME[s].label} {tied_mean[s]:.2f} / {zero_mean.get(s, float('nan')):.2f}"
+                  for s in _in_registry_order(tied_mean.index)]
+        lines.append(f"  {role}: " + ", ".join(shares))
+
+    cells = [stage_min, rss, *(_gap_text(measured[pair]) if pair in measured else "-" for pair in ROW_GAPS), kl_end]
+    lines.append("docs/results.md row (stage min | peak RSS | Teacher - C-MAS base | OPD - H-MAS base | "
+                 "OPD - Prompted Critic | OPD - no Searcher sup. | OPD Searcher KL):")
+    lines.append("  | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path("."))
+    parser.add_argument("--profile", default=None, help="the report's profile (default: reports/metrics.json's)")
+    args = parser.parse_args(argv)
+    profile = args.profile or _read_json(args.root / "reports" / "metrics.json")["profile"]
+    print("\n".join(summary(args.root, profile)))
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except InputError as err:
+        sys.exit(f"error: {err}")
