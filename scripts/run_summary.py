@@ -28,6 +28,7 @@ from pipeline.systems import BY_NAME, SYSTEMS, TEACHER
 ROLES = ("leader", "searcher", "answerer")
 STAGE_ONE = (TEACHER, "c_mas_base")
 NO_SUPERVISION = "ablation_no_searcher_supervision"
+NOT_EVALUATED = "not evaluated"  # pipeline.report.comparisons.gaps_table's cell for a pair without records
 RSS_LIMIT_MB = 4096  # the project's per-stage memory bound for the tiny profile
 _GAP = re.compile(r"([+-]\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]")
 # the columns of docs/results.md's table this script fills, after the run's own description
@@ -61,17 +62,22 @@ def stage_times(root: Path) -> dict[str, dict] | None:
 
 
 def gaps(metrics: dict, paper_md: str, paper_path: Path) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(target, baseline) -> (diff, low, high): the target system's gaps from metrics.json, and
-    the Stage-I gap from the report's comparisons table (metrics.json holds the target's only)."""
+    """(target, baseline) -> (diff, low, high) for every measured gap: the target system's from
+    metrics.json, the Stage-I gap from the report's comparisons table (metrics.json holds the
+    target's only). A pair the report could not measure is left out."""
     target = metrics["target_system"]
-    out = {(target, key.removeprefix("vs_")): (g["diff"], g["low"], g["high"]) for key, g in metrics["gaps"].items()}
+    out = {(target, key.removeprefix("vs_")): (g["diff"], g["low"], g["high"])
+           for key, g in metrics["gaps"].items() if g.get("diff") is not None}
     label = f"| {BY_NAME[STAGE_ONE[0]].label} - {BY_NAME[STAGE_ONE[1]].label} |"
     for line in paper_md.splitlines():
         if line.startswith(label):
-            found = _GAP.search(line.split("|")[3])
-            if found is None:
-                raise InputError(f"{paper_path}: the row {label!r} has no 'diff [low, high]' in its third cell")
-            out[STAGE_ONE] = tuple(float(x) for x in found.groups())
+            cell = line.split("|")[3].strip()
+            found = _GAP.fullmatch(cell)
+            if found is None and cell != NOT_EVALUATED:
+                raise InputError(f"{paper_path}: the row {label!r}: expected 'diff [low, high]' or "
+                                 f"{NOT_EVALUATED!r} in its third cell, got {cell!r}")
+            if found is not None:
+                out[STAGE_ONE] = tuple(float(x) for x in found.groups())
     return out
 
 
