@@ -63,8 +63,9 @@ def load_seed_sets(path: Path = SEED_SETS_FILE) -> SeedSets:
         doc = ruamel.yaml.YAML(typ="safe").load(Path(path).read_text())
     except (OSError, ruamel.yaml.YAMLError) as err:
         raise InputError(f"{path}: cannot read the seed sets: {err}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not isinstance(doc.get("sets"), dict):
-        raise InputError(f"{path}: expected a mapping with `profile` (a profile name) and `sets`")
+    if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not isinstance(doc.get("sets"), dict) \
+            or not doc["sets"]:
+        raise InputError(f"{path}: expected a mapping with `profile` (a profile name) and `sets` (at least one)")
     fields = set(seed_keys(doc["profile"]))
     sets = {}
     for name, seeds in doc["sets"].items():
@@ -95,45 +96,61 @@ def _value_position(doc, key: str, params_name: str) -> tuple[int, int, int]:
     return line, column, value
 
 
-def apply_seed_values(text: str, values: dict[str, int], params_name: str = "params.yaml") -> tuple[str, list[Change]]:
-    """`text` with each key's integer replaced by its value in `values`, and what changed."""
+@dataclass(frozen=True)
+class _Token:
+    line: int
+    start: int
+    end: int
+    value: int
+
+
+def _seed_tokens(text: str, keys, params_name: str) -> dict[str, _Token]:
+    """Where in `text` the integer of each dotted key is written, and its value."""
     try:
         doc = ruamel.yaml.YAML().load(text)
     except ruamel.yaml.YAMLError as err:
         raise InputError(f"{params_name}: not valid YAML: {err}") from None
     lines = text.splitlines(keepends=True)
-    edits, changes = [], []
-    for key, new in values.items():
-        line, column, old = _value_position(doc, key, params_name)
+    tokens = {}
+    for key in keys:
+        line, column, value = _value_position(doc, key, params_name)
         token = _INTEGER.match(lines[line], column)
-        if token is None or int(token.group()) != old:
-            raise InputError(f"{params_name}, line {line + 1}: {key}: expected the literal integer {old} "
+        if token is None or int(token.group()) != value:
+            raise InputError(f"{params_name}, line {line + 1}: {key}: expected the literal integer {value} "
                              f"at column {column + 1}")
-        edits.append((line, token.start(), token.end(), new))
-        if new != old:
-            changes.append(Change(key, old, new))
-    for line, start, end, new in sorted(edits, reverse=True):
-        lines[line] = f"{lines[line][:start]}{new}{lines[line][end:]}"
+        tokens[key] = _Token(line, token.start(), token.end(), value)
+    return tokens
+
+
+def apply_seed_values(text: str, values: dict[str, int], params_name: str = "params.yaml") -> tuple[str, list[Change]]:
+    """`text` with each key's integer replaced by its value in `values`, and what changed."""
+    tokens = _seed_tokens(text, values, params_name)
+    lines = text.splitlines(keepends=True)
+    for key in sorted(tokens, key=lambda k: (tokens[k].line, tokens[k].start), reverse=True):
+        t = tokens[key]
+        lines[t.line] = f"{lines[t.line][:t.start]}{values[key]}{lines[t.line][t.end:]}"
+    changes = [Change(key, tokens[key].value, new) for key, new in values.items() if new != tokens[key].value]
     return "".join(lines), changes
+
+
+def _read(params: Path) -> str:
+    try:
+        return Path(params).read_text()
+    except OSError as err:
+        raise InputError(f"{params}: cannot read: {err}") from None
 
 
 def current_seed_set(params: Path, seed_sets: SeedSets) -> str | None:
     """The name of the set whose seeds `params` holds, or None."""
-    text = Path(params).read_text()
-    for name in seed_sets.sets:
-        if not apply_seed_values(text, seed_sets.values(name), str(params))[1]:
-            return name
-    return None
+    names = list(seed_sets.sets)
+    tokens = _seed_tokens(_read(params), seed_sets.values(names[0]), str(params))
+    held = {key: token.value for key, token in tokens.items()}
+    return next((name for name in names if seed_sets.values(name) == held), None)
 
 
 def write_seed_set(params: Path, name: str, seed_sets: SeedSets) -> list[Change]:
     """Put seed set `name` into `params` (atomically); returns the seeds that changed."""
-    params = Path(params)
-    try:
-        text = params.read_text()
-    except OSError as err:
-        raise InputError(f"{params}: cannot read: {err}") from None
-    new_text, changes = apply_seed_values(text, seed_sets.values(name), str(params))
+    new_text, changes = apply_seed_values(_read(params), seed_sets.values(name), str(params))
     if changes:
         write_text(params, new_text)
     return changes

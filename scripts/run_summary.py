@@ -100,15 +100,17 @@ def _gap_text(gap: tuple[float, float, float]) -> str:
     return f"{gap[0]:+.2f} [{gap[1]:.2f}, {gap[2]:.2f}]"
 
 
-def summary(root: Path, profile: str) -> list[str]:
+def summary(root: Path, profile: str | None = None) -> list[str]:
+    """The summary's lines; `profile` defaults to the report's (reports/metrics.json)."""
     metrics = _read_json(root / "reports" / "metrics.json")
+    profile = profile or metrics["profile"]
     paper_path = root / "reports" / profile / "paper.md"
     try:
         paper_md = paper_path.read_text()
     except OSError as err:
         raise InputError(f"{paper_path}: cannot read ({err.strerror}); run `make repro` first") from None
     curves = root / "reports" / profile / "curves"
-    lines = [f"Run of {root.resolve()} (profile {profile}, report of {metrics.get('profile', '?')})"]
+    lines = [f"Run of {root.resolve()} (profile {profile})"]
 
     times = stage_times(root)
     stage_min = rss = "-"
@@ -170,8 +172,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--root", type=Path, default=Path("."))
     parser.add_argument("--profile", default=None, help="the report's profile (default: reports/metrics.json's)")
     args = parser.parse_args(argv)
-    profile = args.profile or _read_json(args.root / "reports" / "metrics.json")["profile"]
-    print("\n".join(summary(args.root, profile)))
+    print("\n".join(summary(args.root, args.profile)))
 
 
 if __name__ == "__main__":

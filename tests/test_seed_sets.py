@@ -80,6 +80,9 @@ def test_an_unknown_set_or_a_malformed_table_names_what_was_expected(seed_sets, 
     with pytest.raises(InputError, match=r"seed set 'Z': expected one of A, B, C, D, E, F, G"):
         write_seed_set(params_copy, "Z", seed_sets)
     table = tmp_path / "seed_sets.yaml"
+    table.write_text("profile: tiny\nsets: {}\n")
+    with pytest.raises(InputError, match=r"seed_sets.yaml: expected a mapping .* `sets` \(at least one\)"):
+        load_seed_sets(table)
     table.write_text("profile: tiny\nsets:\n  A: {world: 7, data: 1}\n")
     with pytest.raises(InputError, match=r"seed_sets.yaml: sets.A: expected the fields base_model, bootstrap"):
         load_seed_sets(table)
