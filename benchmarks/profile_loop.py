@@ -2,7 +2,11 @@
 profile, on the checkout's own data and models, split into phases.
 
     .venv/bin/python -m benchmarks.profile_loop [--root DIR] [--system multiagent_opd] [--questions 32]
-        [--grouped-generation on|off]
+        [--backend engine|reference] [--grouped-generation on|off]
+
+`--backend engine` (the default) profiles the engine (pipeline.engine: admission and prefill,
+decode steps, sampling, stop strings, finishing rows); `reference` the transformers backend with
+lock-step ticks (grouped generation applies to it only).
 
 Needs a checkout where `make repro` ran at least up to the system's training (data/splits,
 data/index, data/models/{base,c_mas_rl,<system>}). Prints one table per part: wall seconds of
@@ -98,6 +102,35 @@ def instrument(phases: Phases, backend) -> list[Callable[[], None]]:
     return undo
 
 
+def instrument_engine(phases: Phases, backend) -> list[Callable[[], None]]:
+    """Phase timers on the engine's steps; the rows of every decode step."""
+    engine = backend.engine
+    undo = [phases.wrap(engine, "_admit", "engine: admission and prefill"),
+            phases.wrap(engine, "_sample", "engine: sampling"),
+            phases.wrap(engine, "_ended", "engine: stop strings"),
+            phases.wrap(engine, "_finish", "engine: finishing rows (prefix cache)")]
+    decode = engine._decode
+
+    def timed_decode(*args, **kwargs):
+        phases.rows.append(len(engine.running))
+        with phases.time("generate: decode forward"):
+            return decode(*args, **kwargs)
+
+    engine._decode = timed_decode
+    undo.append(lambda: setattr(engine, "_decode", decode))
+    return undo
+
+
+def open_backend(kind: str, folder: Path):
+    if kind == "reference":
+        from pipeline.policy.hf_backend import HFBackend
+
+        return HFBackend(folder)
+    from pipeline.engine.backend import EngineBackend
+
+    return EngineBackend(folder)
+
+
 def report(title: str, phases: Phases, total: float, generated: int, params: int, bound: float) -> None:
     print(f"\n== {title}: {total:.1f} s")
     for name, seconds in sorted(phases.seconds.items(), key=lambda kv: -kv[1]):
@@ -116,17 +149,17 @@ def report(title: str, phases: Phases, total: float, generated: int, params: int
 
 
 def profile_evaluation(params, root: Path, system_name: str, questions: int, bound: float,
-                       grouped: bool | None = None) -> None:
+                       grouped: bool | None = None, kind: str = "engine") -> None:
     """One shard of `questions` x 4 runs after a 4-question warm-up; `grouped` overrides the
     profile's grouped_generation switch."""
     from pipeline.agents import run_workflow
     from pipeline.config import workflow_config
     from pipeline.eval.scoring import score_rollout
-    from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
+    from pipeline.stages.inputs import open_retriever, read_split
     from pipeline.systems import system
 
     target = system(system_name)
-    backend = open_eval_backend(target.model_dir(root))
+    backend = open_backend(kind, target.model_dir(root))
     retriever = open_retriever(root)
     rows = read_split(root, "test").head(questions)
     sampling = params.eval.rollout
@@ -135,7 +168,8 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
     cfg = workflow_config(params, sampling, params.common.protocol.eval_candidates)
     run_workflow(target.workflow, rows.head(4), backend, retriever, cfg, n_traj=params.common.eval.runs, seed=1)
     phases = Phases()
-    undo = instrument(phases, backend) + [phases.wrap(retriever, "search", "retrieval")]
+    undo = (instrument_engine if kind == "engine" else instrument)(phases, backend)
+    undo.append(phases.wrap(retriever, "search", "retrieval"))
     began = time.perf_counter()
     rollout = run_workflow(target.workflow, rows, backend, retriever, cfg, n_traj=params.common.eval.runs,
                            seed=params.eval.seed)
@@ -151,26 +185,26 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
            sum(p.numel() for p in backend.model.parameters()), bound)
 
 
-def profile_training_step(params, root: Path, system_name: str, bound: float) -> None:
+def profile_training_step(params, root: Path, system_name: str, bound: float, kind: str = "engine") -> None:
     from pipeline.paths import model_dir
     from pipeline.rl import batch_rewards, trainer
     from pipeline.rl.train_params import train_config
-    from pipeline.stages.inputs import open_policy, open_retriever, read_split
+    from pipeline.stages.inputs import open_retriever, read_split
     from pipeline.systems import TEACHER, trained_system
 
     target = trained_system(system_name)
     training = target.training
     cfg = train_config(params, target.name)
-    policy = open_policy(model_dir(root, "base"))
-    teacher = open_policy(model_dir(root, training.teacher)) if training.teacher else None
-    judge = open_policy(model_dir(root, training.judge)) if training.judge else None
+    policy = open_backend(kind, model_dir(root, "base"))
+    teacher = open_backend(kind, model_dir(root, training.teacher)) if training.teacher else None
+    judge = open_backend(kind, model_dir(root, training.judge)) if training.judge else None
     inputs = trainer.TrainInputs(policy=policy, retriever=open_retriever(root),
                                  train_questions=read_split(root, "train"), dev_questions=read_split(root, "dev"),
                                  teacher=teacher, judge=judge,
-                                 reference=open_policy(model_dir(root, TEACHER)) if target.workflow == "hierarchy"
-                                 else None)
+                                 reference=open_backend(kind, model_dir(root, TEACHER))
+                                 if target.workflow == "hierarchy" else None)
     phases = Phases()
-    undo = instrument(phases, policy) + [
+    undo = (instrument_engine if kind == "engine" else instrument)(phases, policy) + [
         phases.wrap(inputs.retriever, "search", "retrieval"),
         phases.wrap(batch_rewards, "to_tables", "tables"),
         phases.wrap(batch_rewards, "score_with_teacher", "Teacher scoring"),
@@ -204,6 +238,7 @@ def main() -> None:
     ap.add_argument("--system", default="multiagent_opd")
     ap.add_argument("--questions", type=int, default=32, help="test questions of the evaluation part (one shard)")
     ap.add_argument("--part", choices=["all", "evaluation", "training"], default="all")
+    ap.add_argument("--backend", choices=["engine", "reference"], default="engine")
     ap.add_argument("--grouped-generation", choices=["on", "off"], default=None,
                     help="override the profile's grouped_generation switch in the evaluation part")
     args = ap.parse_args()
@@ -216,9 +251,9 @@ def main() -> None:
           f"float32 matmul bound {bound:.0f} GFLOP/s")
     if args.part in ("all", "evaluation"):
         grouped = None if args.grouped_generation is None else args.grouped_generation == "on"
-        profile_evaluation(params, root, args.system, args.questions, bound, grouped)
+        profile_evaluation(params, root, args.system, args.questions, bound, grouped, args.backend)
     if args.part in ("all", "training"):
-        profile_training_step(params, root, args.system, bound)
+        profile_training_step(params, root, args.system, bound, args.backend)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,13 @@ all dev questions x 4 runs with one eval seed, so the models share their random 
 random numbers, as the test evaluation does), then prints each model's EM, searches per workflow
 and forced-answer share, and its macro avg@4 gap to the first one with its paired bootstrap 95%
 interval. Each model's records go under OUT/<label> (evaluate_system's shards; a rerun resumes).
-Dev only: it decides nothing on test.
+Dev only: it decides nothing on test. A model written `reference:<dir>` is run by the reference
+backend (transformers, lock-step ticks) instead of the engine: the same weights through both
+check that the engine samples the same distribution (docs/profile.md#the-engine).
 Run from the repo root, after `make repro` (or in a clone that has data/splits and data/index):
     python scripts/dev_gap.py OUT base=data/models/base t32=data/models/teacher [label=model ...]
     python scripts/dev_gap.py --workflow hierarchy OUT base=data/models/base opd=data/models/multiagent_opd
+    python scripts/dev_gap.py --workflow hierarchy OUT ref=reference:data/models/base engine=data/models/base
 """
 
 from __future__ import annotations
@@ -25,28 +28,35 @@ from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
+from pipeline.policy.hf_backend import HFBackend
 from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
 
 RUNS, SEED, DRAWS, SHARD = 4, 1, 4000, 32
 WORKFLOWS = ("cascade", "hierarchy")
+REFERENCE = "reference:"
 
 
-def main(out: Path, models: list[tuple[str, Path]], workflow: str = "cascade") -> None:
+def open_model(model: Path, reference: bool):
+    return HFBackend(model) if reference else open_eval_backend(model)
+
+
+def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "cascade") -> None:
     if len(models) < 2:
         raise InputError("dev_gap: give OUT and at least two label=model_dir arguments (the first is the reference)")
-    for _, model in models:
+    for _, model, _ in models:
         require_model(model)
     root = Path(".")
     params = load_params("params.yaml")
     dev, retriever = read_split(root, "dev"), open_retriever(root)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     records = []
-    for label, model in models:
+    for label, model, reference in models:
         start = time.perf_counter()
-        r = evaluate_system(dev, open_eval_backend(model), retriever, cfg, RUNS, SHARD, out / label, SEED,
+        r = evaluate_system(dev, open_model(model, reference), retriever, cfg, RUNS, SHARD, out / label, SEED,
                             system=label, workflow=workflow, progress=False).records
         records.append(r)
-        print(f"{label} ({model}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
+        source = f"{REFERENCE if reference else ''}{model}"
+        print(f"{label} ({source}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
               f"{r['search_actions'].mean():.2f} searches per workflow, "
               f"forced answers {100 * r['forced_answer'].astype(float).mean():.1f}% "
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
@@ -54,13 +64,13 @@ def main(out: Path, models: list[tuple[str, Path]], workflow: str = "cascade") -
     reference = models[0][0]
     print(f"dev, {workflow} ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to "
           f"{reference}, paired bootstrap 95% interval")
-    for label, _ in models[1:]:
+    for label, _, _ in models[1:]:
         gap = paired_bootstrap(scores, reference, label, draws=DRAWS, seed=0, level=0.95)
         print(f"  {label} - {reference}: {gap['diff']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}]")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
-def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path]], str]:
+def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path, bool]], str]:
     workflow = "cascade"
     if args[:1] == ["--workflow"]:
         if len(args) < 2 or args[1] not in WORKFLOWS:
@@ -74,7 +84,8 @@ def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path]], str]:
         label, sep, model = arg.partition("=")
         if not sep or not label or not model:
             raise InputError(f"dev_gap: argument {arg!r}: expected label=model_dir")
-        models.append((label, Path(model)))
+        reference = model.startswith(REFERENCE)
+        models.append((label, Path(model.removeprefix(REFERENCE)), reference))
     return Path(args[0]), models, workflow
 
 

@@ -20,22 +20,25 @@ def _load():
 def test_arguments_are_label_model_pairs_and_a_reference_is_needed(tmp_path):
     dev_gap = _load()
     out, models, workflow = dev_gap._parse(["out", "base=data/models/base", "t32=x/teacher"])
-    assert out == Path("out") and models == [("base", Path("data/models/base")), ("t32", Path("x/teacher"))]
+    assert out == Path("out")
+    assert models == [("base", Path("data/models/base"), False), ("t32", Path("x/teacher"), False)]
+    _, models, _ = dev_gap._parse(["out", "ref=reference:data/models/base", "engine=data/models/base"])
+    assert models == [("ref", Path("data/models/base"), True), ("engine", Path("data/models/base"), False)]
     assert workflow == "cascade"
     with pytest.raises(InputError, match="'oops': expected label=model_dir"):
         dev_gap._parse(["out", "base=a", "oops"])
     with pytest.raises(InputError, match="usage"):
         dev_gap._parse([])
     with pytest.raises(InputError, match="at least two"):
-        dev_gap.main(tmp_path, [("base", tmp_path)])
+        dev_gap.main(tmp_path, [("base", tmp_path, False)])
     with pytest.raises(InputError, match="model folder missing"):
-        dev_gap.main(tmp_path, [("base", tmp_path / "none"), ("t", tmp_path / "none")])
+        dev_gap.main(tmp_path, [("base", tmp_path / "none", False), ("t", tmp_path / "none", True)])
 
 
 def test_the_workflow_is_chosen_by_a_flag():
     dev_gap = _load()
     out, models, workflow = dev_gap._parse(["--workflow", "hierarchy", "out", "base=a", "opd=b"])
-    assert (out, workflow, [label for label, _ in models]) == (Path("out"), "hierarchy", ["base", "opd"])
+    assert (out, workflow, [label for label, _, _ in models]) == (Path("out"), "hierarchy", ["base", "opd"])
     with pytest.raises(InputError, match="--workflow: expected one of cascade, hierarchy"):
         dev_gap._parse(["--workflow", "star", "out", "base=a", "opd=b"])
     with pytest.raises(InputError, match="--workflow"):

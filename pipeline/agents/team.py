@@ -36,8 +36,10 @@ class Team:
         cfg: WorkflowConfig,
         prompts: Prompts,
         backend: PolicyBackend,
+        seed: int = 0,
     ) -> None:
         self.traj = trajectory
+        self.seed = seed  # the rollout's sampling seed (pipeline.agents.driver.request_seed)
         self.cfg = cfg
         self.prompts = prompts
         self.backend = backend

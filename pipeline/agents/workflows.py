@@ -1,13 +1,15 @@
-"""The two team workflows (docs/method.md §3), run in lock-step over a whole batch.
+"""The two team workflows (docs/method.md §3), run over many questions at once.
 
 Cascade (C-MAS): one Searcher, task = the question, then the Answerer.
 Hierarchy (H-MAS): Leader -> wave of <= max_parallel Searchers -> Leader -> ... -> Answerer.
 
-An environment step is one tick in which every active agent of every trajectory acts
-once. Per tick the driver makes exactly ONE `backend.generate` call holding every
-request of every trajectory (Answerer candidates are the prompt repeated n_candidates
-times with n=1) with one SamplingParams (stop = every closing action tag), and at
-most ONE `retriever.search` call holding every search of the tick.
+An environment step of a trajectory is one tick in which each of its active agents acts once
+(Answerer candidates are the prompt repeated n_candidates times). Trajectories keep their own
+step counts and advance independently (pipeline.agents.driver): with the in-process engine
+every request of every trajectory goes to one continuous-batching scheduler; with any other
+backend each tick is ONE `backend.generate` call holding every request of every trajectory,
+with one SamplingParams (stop = every closing action tag), and at most ONE `retriever.search`
+call holding every search of the tick.
 
 Rules docs/method.md leaves open (our choices):
 - Steps are 0-based. The budget (cascade_steps, hierarchy_steps) counts Leader and
@@ -28,30 +30,29 @@ Rules docs/method.md leaves open (our choices):
 - `<answer_with></answer_with>` (no ids) is well-formed: the Answerer gets "(none)".
   Repeated ids are handed over once.
 - Report ids R1, R2, ... number the Searchers in dispatch order across waves.
-- `max_new_tokens` differs per role but a tick has one SamplingParams: the tick asks
-  for the largest limit among its requests and cuts each generation to its role's
-  limit (finish_reason "length"); sampling is autoregressive, so this is the same as
-  asking for the smaller limit.
-- Sampling seed of tick t: (seed * 1_000_003 + t) mod 2**31; each request carries its own
-  row seed, key_seed(seed, sample id, turn), so a request's random numbers do not depend on
-  the tick, the batch or the system: two systems run with the same seed draw the same
-  numbers for the same request of the same trajectory (common random numbers).
+- `max_new_tokens` differs per role: the engine stops each request at its own role's
+  limit; a tick of another backend has one SamplingParams, asks for the largest limit among
+  its requests and cuts each generation to its role's limit (finish_reason "length");
+  sampling is autoregressive, so both are the same as asking for the smaller limit.
+- Each request carries its own seed, key_seed(seed, sample id, turn), so a request's
+  random numbers do not depend on the tick, the batch or the system: two systems run with
+  the same seed draw the same numbers for the same request of the same trajectory (common
+  random numbers).
 - There is one Answerer request per trajectory ("{trajectory_id}/a0"); it is final.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pipeline.agents.driver import Driver, EngineSink, TickSink, make_sink
 from pipeline.agents.prompts import Prompts, load_prompts
-from pipeline.agents.protocol import STOP_TAGS
-from pipeline.agents.team import ModelRequest, Team
+from pipeline.agents.team import Team
 from pipeline.agents.trajectory import Rollout, Trajectory
 from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.errors import InputError
-from pipeline.policy.base import Generation, PolicyBackend, SamplingParams
-from pipeline.policy.sampling_seeds import key_seed
+from pipeline.policy.base import PolicyBackend
 from pipeline.retrieval.base import Retriever
 
 
@@ -85,31 +86,73 @@ def question_rows(questions: Iterable[Mapping[str, Any]] | Any) -> list[dict[str
     return rows
 
 
-def _truncate(gen: Generation, limit: int, backend: PolicyBackend) -> Generation:
-    if len(gen.token_ids) <= limit:
-        return gen
-    ids = list(gen.token_ids[:limit])
-    return Generation(ids, list(gen.logprobs[:limit]), backend.decode(ids), "length")
+def make_teams(workflow: str, questions: Iterable[Mapping[str, Any]] | Any, backend: PolicyBackend,
+               cfg: WorkflowConfig, n_traj: int, seed: int, prompts: Prompts) -> list[Team]:
+    """`n_traj` teams per question (trajectory k of question q is "{q}/t{k}"), sampling with `seed`."""
+    if workflow not in ("cascade", "hierarchy"):
+        raise InputError(f"workflow: expected 'cascade' or 'hierarchy', got {workflow!r}")
+    if n_traj < 1:
+        raise InputError(f"n_traj: expected an integer >= 1, got {n_traj!r}")
+    return [
+        Team(
+            Trajectory(
+                trajectory_id=f"{row['question_id']}/t{k}", question_id=row["question_id"],
+                workflow=workflow, dataset=row["dataset"], question=row["question"],
+                golden_answers=row["golden_answers"],
+            ),
+            cfg, prompts, backend, seed,
+        )
+        for row in question_rows(questions)
+        for k in range(n_traj)
+    ]
 
 
-def _generate(
-    backend: PolicyBackend, requests: Sequence[ModelRequest], cfg: WorkflowConfig, seed: int
-) -> list[Generation]:
-    """All requests of one tick as one generate call; each request is seeded by what it is
-    (rollout seed, sample, turn), not by where it sits in the batch."""
-    params = SamplingParams(
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        max_new_tokens=max(r.max_new_tokens for r in requests),
-        stop=STOP_TAGS,
-        row_seeds=tuple(key_seed(seed, r.call.sample_id, r.call.n_turns) for r in requests),
-        shared_prefixes=cfg.grouped_generation,
-        row_max_new_tokens=tuple(r.max_new_tokens for r in requests) if cfg.grouped_generation else None,
-    )
-    out = backend.generate([r.prompt_ids for r in requests], params, n=1)
-    if len(out) != len(requests) or any(len(g) != 1 for g in out):
-        raise RuntimeError(f"backend returned {len(out)} results for {len(requests)} prompts (n=1 each)")
-    return [_truncate(g[0], r.max_new_tokens, backend) for g, r in zip(out, requests)]
+def run_workflows(
+    workflow: str,
+    batches: Sequence[tuple[Iterable[Mapping[str, Any]] | Any, int]],
+    backend: PolicyBackend,
+    retriever: Retriever,
+    cfg: WorkflowConfig,
+    n_traj: int,
+    prompts: Prompts | None = None,
+    on_rollout: Callable[[int, Rollout], None] | None = None,
+) -> list[Rollout]:
+    """One rollout per (questions, seed) of `batches`, all driven together: every team of every
+    batch shares one scheduler (pipeline.agents.driver). `on_rollout(index, rollout)` is called
+    as soon as every team of batch `index` has finished. A rollout's `generate_calls` and
+    `search_calls` count the whole drive's."""
+    prompts = prompts or load_prompts()
+    teams: list[Team] = []
+    rollouts: list[Rollout] = []
+    owner: dict[int, int] = {}
+    left: list[int] = []
+    for index, (questions, seed) in enumerate(batches):
+        batch = make_teams(workflow, questions, backend, cfg, n_traj, seed, prompts)
+        rollouts.append(Rollout(workflow, cfg, seed, prompts.version, [t.traj for t in batch]))
+        owner.update({id(t): index for t in batch})
+        left.append(len(batch))
+        teams.extend(batch)
+    sink = make_sink(backend, cfg)
+    driver: Driver
+
+    def done(team: Team) -> None:
+        index = owner[id(team)]
+        left[index] -= 1
+        if left[index] == 0:
+            _count(rollouts[index], sink, driver)
+            if on_rollout is not None:
+                on_rollout(index, rollouts[index])
+
+    driver = Driver(sink, retriever, cfg, backend, on_done=done)
+    driver.run(teams)
+    for rollout in rollouts:
+        _count(rollout, sink, driver)
+    return rollouts
+
+
+def _count(rollout: Rollout, sink: TickSink | EngineSink, driver: Driver) -> None:
+    rollout.ticks = max((t.steps for t in rollout.trajectories), default=0)
+    rollout.generate_calls, rollout.search_calls = sink.generate_calls, driver.search_calls
 
 
 def run_workflow(
@@ -122,53 +165,8 @@ def run_workflow(
     seed: int,
     prompts: Prompts | None = None,
 ) -> Rollout:
-    """Run `n_traj` independent team rollouts of `workflow` on every question, batched by tick."""
-    if workflow not in ("cascade", "hierarchy"):
-        raise InputError(f"workflow: expected 'cascade' or 'hierarchy', got {workflow!r}")
-    if n_traj < 1:
-        raise InputError(f"n_traj: expected an integer >= 1, got {n_traj!r}")
-    prompts = prompts or load_prompts()
-    teams = [
-        Team(
-            Trajectory(
-                trajectory_id=f"{row['question_id']}/t{k}", question_id=row["question_id"],
-                workflow=workflow, dataset=row["dataset"], question=row["question"],
-                golden_answers=row["golden_answers"],
-            ),
-            cfg, prompts, backend,
-        )
-        for row in question_rows(questions)
-        for k in range(n_traj)
-    ]
-    rollout = Rollout(workflow, cfg, seed, prompts.version, [t.traj for t in teams])
-    # Safety net only: every phase advances or ends each tick within the budget.
-    max_ticks = cfg.budget(workflow) + 2
-    step = 0
-    while any(not t.done for t in teams):
-        if step >= max_ticks:
-            raise RuntimeError(f"{workflow} rollout did not finish within {max_ticks} ticks")
-        active = [t for t in teams if not t.done]
-        requests = [r for t in active for r in t.requests(step)]
-        searches: list[tuple[ModelRequest, str]] = []
-        if requests:
-            rollout.generate_calls += 1
-            for request, gen in zip(requests, _generate(backend, requests, cfg, seed)):
-                query = request.team.receive(request, gen, step)
-                if query is not None:
-                    searches.append((request, query))
-        if searches:
-            rollout.search_calls += 1
-            results = retriever.search([q for _, q in searches], cfg.top_k)
-            if len(results) != len(searches):
-                raise RuntimeError(f"retriever returned {len(results)} results for {len(searches)} queries")
-            for (request, _), passages in zip(searches, results):
-                assert request.searcher is not None
-                request.searcher.observe(passages, backend)
-        for team in active:
-            team.end_tick(step)
-        step += 1
-    rollout.ticks = step
-    return rollout
+    """Run `n_traj` independent team rollouts of `workflow` on every question."""
+    return run_workflows(workflow, [(questions, seed)], backend, retriever, cfg, n_traj, prompts)[0]
 
 
 def run_cascade(

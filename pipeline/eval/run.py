@@ -2,9 +2,14 @@
 
 Questions are cut, in file order, into shards of `shard_questions`. One rollout per
 shard runs every question `runs` times (n_traj = runs; trajectory k is run k) with one
-Answerer candidate. Each finished shard is written atomically to
-`<out_dir>/shards/shard-00007.parquet`; a restarted evaluation skips the shards already
-there, and `<out_dir>/records.parquet` is the concatenation of all shards.
+Answerer candidate, sampled with the shard's own seed. The rollouts of every shard not yet on
+disk are driven together (one scheduler for all of them, pipeline.agents.driver), and each is
+written atomically to `<out_dir>/shards/shard-00007.parquet` as soon as its last trajectory
+ends; a restarted evaluation skips the shards already there, and `<out_dir>/records.parquet`
+is the concatenation of all shards. With the in-process engine, which rows share a forward
+pass depends on what runs beside them, so a resumed evaluation computes its remaining shards
+with other floating-point sums than an uninterrupted one (the same distribution, possibly other
+tokens); an uninterrupted evaluation repeated on one machine is byte-identical.
 
 `<out_dir>/shards/fingerprint.json` holds a hash of everything that determines the
 records (questions, workflow config, runs, shard size, seed, system, the pipeline's source,
@@ -26,7 +31,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from pipeline.agents.workflow_config import WorkflowConfig
-from pipeline.agents.workflows import question_rows, run_workflow
+from pipeline.agents.workflows import question_rows, run_workflows
 from pipeline.code_version import code_version
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
@@ -115,12 +120,6 @@ def _finished(path: Path, rows: list[dict], runs: int) -> bool:
     return len(got) == len(expected) and set(got) == expected
 
 
-def evaluate_shard(rows: list[dict], backend: PolicyBackend, retriever: Retriever, cfg: WorkflowConfig,
-                   workflow: str, system: str, runs: int, seed: int) -> pd.DataFrame:
-    """One rollout of `runs` trajectories per question, scored into records."""
-    return score_rollout(run_workflow(workflow, rows, backend, retriever, cfg, n_traj=runs, seed=seed), system)
-
-
 def evaluate_system(
     questions: pd.DataFrame | list[dict],
     backend: PolicyBackend,
@@ -156,19 +155,23 @@ def evaluate_system(
     _prepare_shard_dir(out_dir / "shards", fingerprint)
 
     shards = [rows[i : i + shard_questions] for i in range(0, len(rows), shard_questions)]
-    computed = reused = 0
-    bar = tqdm(range(len(shards)), desc=f"evaluate {system}", unit="shard", disable=not progress)
-    for index in bar:
-        path = shard_path(out_dir, index)
-        if _finished(path, shards[index], runs):
-            reused += 1
-            continue
-        records = evaluate_shard(shards[index], backend, retriever, cfg, workflow, system, runs,
-                                 shard_seed(seed, index))
-        write_parquet(path, records)
-        computed += 1
+    todo = [i for i in range(len(shards)) if not _finished(shard_path(out_dir, i), shards[i], runs)]
+    bar = tqdm(total=len(shards), initial=len(shards) - len(todo), desc=f"evaluate {system}", unit="shard",
+               disable=not progress)
+
+    def write_shard(position: int, rollout) -> None:
+        index = todo[position]
+        records = score_rollout(rollout, system)
+        write_parquet(shard_path(out_dir, index), records)
+        bar.update(1)
         if on_shard is not None:
             on_shard(index, records)
+
+    if todo:
+        run_workflows(workflow, [(shards[i], shard_seed(seed, i)) for i in todo], backend, retriever, cfg,
+                      n_traj=runs, on_rollout=write_shard)
+    bar.close()
+    computed, reused = len(todo), len(shards) - len(todo)
 
     records = pd.concat([pd.read_parquet(shard_path(out_dir, i)) for i in range(len(shards))],
                         ignore_index=True)

@@ -70,7 +70,7 @@ def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[
     return ids
 
 
-def _validate(params: SamplingParams, n: int) -> None:
+def validate_sampling(params: SamplingParams, n: int) -> None:
     if n < 1:
         raise InputError(f"n: expected >= 1 samples per prompt, got {n}")
     if params.temperature < 0:
@@ -120,7 +120,7 @@ class HFBackend(TokenizerText):
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
     ) -> list[list[Generation]]:
-        _validate(params, n)
+        validate_sampling(params, n)
         if params.max_new_tokens >= self.max_context:
             raise InputError(
                 f"max_new_tokens: expected < the model's context {self.max_context}, got {params.max_new_tokens}"

@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 from pipeline.agents import run_workflow
 from pipeline.code_version import code_version
 from pipeline.data.dev_sample import dev_sample
+from pipeline.engine.packed import group_by_prompt, packed_logprobs, token_budget_parts
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
 from pipeline.policy.base import PolicyBackend
@@ -183,6 +184,7 @@ def ppo_update(
     temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
     parts = minibatches(len(sample_ids), min(cfg.optim.n_minibatches, len(sample_ids)), seed)
     stats: dict[str, list[float]] = {"pg_loss": [], "clip_fraction": [], "entropy": [], "grad_norm": []}
+    passes = packed_passes if getattr(policy, "weights", None) is not None else padded_passes
     model.train()
     for part in parts:
         ids = sample_ids[part]
@@ -192,21 +194,11 @@ def ppo_update(
         loss_tokens = float(tok["loss_mask"].sum())
         sums = {"pg_loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0}
         optimizer.zero_grad(set_to_none=True)
-        for micro in length_buckets([len(p) for p in prompts], [len(r) for r in responses], MICRO_BATCH_TOKENS):
-            micro_ids = ids[micro]
-            packed = pack_prompt_response([prompts[i] for i in micro], [responses[i] for i in micro],
-                                          policy.pad_id, policy.device)
-            new_logp, entropy = response_logprobs(
-                model, packed.input_ids, packed.attention_mask, packed.response_length,
-                temperature=temperature, position_ids=packed.position_ids, compute_entropy=True,
-            )
-            dev = dict(dtype=new_logp.dtype)
-            micro_tok = tok[tok["sample_id"].isin(set(micro_ids))]
-            old = pad_column(micro_tok, micro_ids, "old_logp", **dev).to(policy.device)
-            adv = pad_column(micro_tok, micro_ids, "advantage", **dev).to(policy.device)
-            mask = pad_column(micro_tok, micro_ids, "loss_mask", **dev).to(policy.device)
+        for micro_ids, new_logp, entropy, columns in passes(policy, model, ids, prompts, responses, tok, temperature,
+                                                            entropy_grad=cfg.entropy_coef != 0):
+            old, adv, mask = columns("old_logp"), columns("advantage"), columns("loss_mask")
             if old.shape != new_logp.shape:
-                raise RuntimeError(f"padded tables {tuple(old.shape)} != packed responses {tuple(new_logp.shape)}")
+                raise RuntimeError(f"tables {tuple(old.shape)} != responses {tuple(new_logp.shape)}")
             if mask.sum() == 0:
                 continue
             loss, m = policy_loss(
@@ -225,6 +217,43 @@ def ppo_update(
         for key, value in (*sums.items(), ("grad_norm", float(grad_norm))):
             stats[key].append(value)
     return {key: float(np.mean(values)) for key, values in stats.items()}
+
+
+def packed_passes(policy, model, ids, prompts, responses, tok, temperature, entropy_grad):
+    """Micro-batches of the packed pass (pipeline.engine.packed): samples sharing a prompt in one
+    segment, no padding; every tensor (1, response tokens of the micro-batch)."""
+    groups = group_by_prompt(prompts, responses)
+    for part in token_budget_parts(groups, MICRO_BATCH_TOKENS):
+        order = [i for g in part for i in g.members]
+        micro_ids = ids[order]
+        lengths = [len(responses[i]) for i in order]
+        new_logp, entropy = packed_logprobs(policy.weights, part, temperature, entropy_grad, policy.device)
+        micro_tok = tok[tok["sample_id"].isin(set(micro_ids))]
+
+        def columns(name, micro_ids=micro_ids, lengths=lengths, micro_tok=micro_tok, dtype=new_logp.dtype):
+            matrix = pad_column(micro_tok, micro_ids, name, dtype=dtype)
+            return torch.cat([matrix[row, :n] for row, n in enumerate(lengths)])[None].to(policy.device)
+
+        yield micro_ids, new_logp[None], entropy[None], columns
+
+
+def padded_passes(policy, model, ids, prompts, responses, tok, temperature, entropy_grad):
+    """Micro-batches of the padded pass ([left-padded prompt | right-padded response] rows through
+    the transformers module), for a backend without the engine's weights."""
+    for micro in length_buckets([len(p) for p in prompts], [len(r) for r in responses], MICRO_BATCH_TOKENS):
+        micro_ids = ids[micro]
+        packed = pack_prompt_response([prompts[i] for i in micro], [responses[i] for i in micro],
+                                      policy.pad_id, policy.device)
+        new_logp, entropy = response_logprobs(
+            model, packed.input_ids, packed.attention_mask, packed.response_length,
+            temperature=temperature, position_ids=packed.position_ids, compute_entropy=True,
+        )
+        micro_tok = tok[tok["sample_id"].isin(set(micro_ids))]
+
+        def columns(name, micro_ids=micro_ids, micro_tok=micro_tok, dtype=new_logp.dtype):
+            return pad_column(micro_tok, micro_ids, name, dtype=dtype).to(policy.device)
+
+        yield micro_ids, new_logp, entropy if entropy_grad else entropy.detach(), columns
 
 
 # --------------------------------------------------------------------------- metrics

@@ -21,8 +21,6 @@ from pipeline.stages.run_logging import log_weights
 from pipeline.systems import BASE_WEIGHTS
 from pipeline.tracking import CurveLogger, stage_run
 
-BEHAVIOUR_BATCH = 16  # rows per generate call: bounds the prefill's memory and padding (256 rows: ~6 GB)
-
 
 def behaviour_path(root: Path) -> Path:
     """The DVC metric file of the stage (outside the model folder, so DVC can track both)."""
@@ -70,7 +68,7 @@ def measure_behaviour(params: Params, root: Path, base_dir: Path, *, sampling_se
 
     dev = dev_sample(read_split(root, "dev"), params.base_model.behaviour_questions, params.eval.seed)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
-    return measure(open_policy(base_dir, max_batch_size=BEHAVIOUR_BATCH), open_retriever(root), dev, cfg,
+    return measure(open_policy(base_dir), open_retriever(root), dev, cfg,
                    params.eval.seed if sampling_seed is None else sampling_seed)
 
 

@@ -46,20 +46,28 @@ def require_model(model_dir: Path) -> None:
 
 
 def open_policy(model_dir: Path, max_batch_size: int = 256):
-    """A model folder as an in-process backend in float32, on the GPU when there is one:
-    what training updates, and what rolls out the base model's checks."""
+    """A model folder as an in-process backend in float32: on the CPU the engine
+    (pipeline.engine, at most `max_batch_size` rows decoding at once), on a GPU the transformers
+    reference backend. What training updates, and what rolls out the base model's checks."""
     import torch
 
-    from pipeline.policy.hf_backend import HFBackend
     from pipeline.policy.model_ref import resolve_model_dir
 
     require_model(Path(model_dir))
-    return HFBackend(resolve_model_dir(model_dir), device="cuda" if torch.cuda.is_available() else "cpu",
-                     max_batch_size=max_batch_size)
+    weights = resolve_model_dir(model_dir)
+    if torch.cuda.is_available():
+        from pipeline.policy.hf_backend import HFBackend
+
+        return HFBackend(weights, device="cuda", max_batch_size=max_batch_size)
+    from pipeline.engine.backend import EngineBackend
+    from pipeline.engine.engine import EngineConfig
+
+    return EngineBackend(weights, config=EngineConfig(max_rows=max_batch_size))
 
 
 def open_eval_backend(model_dir: Path):
-    """The evaluation's backend: in process (bfloat16 on the GPU when there is one), or, when
+    """The evaluation's backend: in process (the engine on the CPU, bfloat16 transformers on the GPU
+    when there is one), or, when
     $MAOPD_SGLANG_URL names a running SGLang server, that server, switched to the weights of
     `model_dir` when it serves another folder (docs/serving.md)."""
     from pipeline.policy.model_ref import resolve_model_dir
@@ -75,7 +83,10 @@ def open_eval_backend(model_dir: Path):
         return backend
     import torch
 
-    from pipeline.policy.hf_backend import HFBackend
+    if torch.cuda.is_available():
+        from pipeline.policy.hf_backend import HFBackend
 
-    cuda = torch.cuda.is_available()
-    return HFBackend(str(weights), device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None)
+        return HFBackend(str(weights), device="cuda", dtype=torch.bfloat16)
+    from pipeline.engine.backend import EngineBackend
+
+    return EngineBackend(str(weights))

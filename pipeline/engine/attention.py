@@ -1,0 +1,161 @@
+"""Where each token's keys and values live, and what it attends to: the `Attention` callbacks of
+pipeline.engine.qwen3.forward_hidden.
+
+- `PoolPrefill`: new prompt tokens of admitted rows, written into their rows of the KV pool after
+  whatever cached prefix was copied there, each attending causally to its row.
+- `PoolDecode`: one token per running row (rows 0..B-1 of the pool, compact), written at its
+  position; one attention call per layer over the rows' filled positions.
+- `Segments`: packed sequences with no pool (teacher forcing, the trainer's packed pass): each
+  segment attends to an optional cached prefix and causally within itself, or by an explicit mask
+  (a shared prompt with several responses after it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pipeline.engine.qwen3 import Shape
+
+
+class KVPool:
+    """Keys and values of `rows` sequences of up to `capacity` positions each, one buffer
+    (2 x layers, rows, kv_heads, capacity, head_dim); a row's filled positions are 0..length-1.
+    Pages are touched only where rows are written, so unused capacity costs no memory."""
+
+    def __init__(self, shape: Shape, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
+        self.shape, self.rows, self.capacity = shape, rows, capacity
+        self.kv = torch.empty((2 * shape.layers, rows, shape.kv_heads, capacity, shape.head_dim),
+                              dtype=dtype, device=device)
+
+    def write(self, row: int, start: int, parts: Sequence[torch.Tensor]) -> int:
+        """Copy cached keys and values `parts` into `row` from `start`; returns the end position."""
+        for part in parts:
+            end = start + part.shape[2]
+            self.kv[:, row, :, start:end] = part
+            start = end
+        return start
+
+    def read(self, row: int, start: int, end: int) -> torch.Tensor:
+        return self.kv[:, row, :, start:end]
+
+    def move(self, source: int, target: int, length: int) -> None:
+        self.kv[:, target, :, :length] = self.kv[:, source, :, :length]
+
+
+def _expand_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(..., kv_heads, n, d) -> (..., heads, n, d) for grouped-query attention."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=-3)
+
+
+def _offset_causal(new: int, start: int, device: torch.device) -> torch.Tensor:
+    """(new, start + new) mask: new token i sees positions 0..start+i."""
+    keys = torch.arange(start + new, device=device)
+    return keys[None, :] <= (start + torch.arange(new, device=device))[:, None]
+
+
+@dataclass
+class PoolPrefill:
+    pool: KVPool
+    rows: list[int]
+    starts: list[int]  # first new position of each row (after its cached prefix)
+    ends: list[int]
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = self.pool.shape
+        groups = s.heads // s.kv_heads
+        keys, values = self.pool.kv[2 * layer], self.pool.kv[2 * layer + 1]
+        out, offset = [], 0
+        for row, start, end in zip(self.rows, self.starts, self.ends):
+            n = end - start
+            keys[row, :, start:end] = k[offset:offset + n].transpose(0, 1)
+            values[row, :, start:end] = v[offset:offset + n].transpose(0, 1)
+            qi = q[offset:offset + n].transpose(0, 1)[None]
+            ki = _expand_heads(keys[row, :, :end], groups)[None]
+            vi = _expand_heads(values[row, :, :end], groups)[None]
+            if start == 0:
+                attended = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True)
+            else:
+                attended = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=_offset_causal(n, start, q.device))
+            out.append(attended[0].transpose(0, 1).reshape(n, s.heads * s.head_dim))
+            offset += n
+        return torch.cat(out) if len(out) > 1 else out[0]
+
+
+class PoolDecode:
+    """One new token for each of the pool's rows 0..B-1 at `positions` (B,)."""
+
+    def __init__(self, pool: KVPool, positions: torch.Tensor):
+        self.pool, self.positions = pool, positions
+        self.batch = positions.shape[0]
+        self.width = int(positions.max()) + 1
+        device = positions.device
+        self.index = torch.arange(self.batch, device=device)
+        self.mask = (torch.arange(self.width, device=device)[None, :] <= positions[:, None])[:, None, None, :]
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = self.pool.shape
+        b, w = self.batch, self.width
+        keys, values = self.pool.kv[2 * layer], self.pool.kv[2 * layer + 1]
+        keys[self.index, :, self.positions] = k
+        values[self.index, :, self.positions] = v
+        # grouped-query heads ride in the query-length axis: (B, kv_heads, groups, d), no copy of keys
+        qg = q.view(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
+        attended = F.scaled_dot_product_attention(qg, keys[:b, :, :w], values[:b, :, :w], attn_mask=self.mask)
+        return attended.reshape(b, s.heads * s.head_dim)
+
+
+@dataclass
+class Segment:
+    """`length` packed tokens attending to `prefix` (cached keys and values, (2 x layers, kv_heads,
+    m, head_dim) parts, inference only) and to each other causally, or by `mask` (length, m + length)."""
+
+    length: int
+    prefix: list[torch.Tensor] | None = None
+    mask: torch.Tensor | None = None
+
+    @property
+    def cached(self) -> int:
+        return sum(p.shape[2] for p in self.prefix) if self.prefix else 0
+
+
+class Segments:
+    """Attention over packed segments; with `keep`, every segment's full keys and values (prefix
+    included) are kept, (2 x layers, kv_heads, m + length, head_dim), for the prefix cache."""
+
+    def __init__(self, shape: Shape, segments: list[Segment], keep: bool = False):
+        self.shape, self.segments, self.keep = shape, segments, keep
+        self.prefix = [torch.cat(s.prefix, dim=2) if s.prefix else None for s in segments]
+        self.kept: list[list[torch.Tensor]] = [[] for _ in segments]
+
+    def full_kv(self, index: int) -> torch.Tensor:
+        return torch.stack(self.kept[index]).flatten(0, 1)
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        groups = s.heads // s.kv_heads
+        out, offset = [], 0
+        for i, segment in enumerate(self.segments):
+            n = segment.length
+            ki, vi = k[offset:offset + n].transpose(0, 1), v[offset:offset + n].transpose(0, 1)
+            cached = self.prefix[i]
+            if cached is not None:
+                ki = torch.cat([cached[2 * layer], ki], dim=1)
+                vi = torch.cat([cached[2 * layer + 1], vi], dim=1)
+            if self.keep:
+                self.kept[i].append(torch.stack([ki, vi]))
+            qi = q[offset:offset + n].transpose(0, 1)[None]
+            ke, ve = _expand_heads(ki, groups)[None], _expand_heads(vi, groups)[None]
+            if segment.mask is not None:
+                attended = F.scaled_dot_product_attention(qi, ke, ve, attn_mask=segment.mask)
+            elif cached is None:
+                attended = F.scaled_dot_product_attention(qi, ke, ve, is_causal=True)
+            else:
+                attended = F.scaled_dot_product_attention(
+                    qi, ke, ve, attn_mask=_offset_causal(n, cached.shape[2], q.device))
+            out.append(attended[0].transpose(0, 1).reshape(n, s.heads * s.head_dim))
+            offset += n
+        return torch.cat(out) if len(out) > 1 else out[0]

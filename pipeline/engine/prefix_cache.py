@@ -1,0 +1,134 @@
+"""A radix tree of token-id prefixes and their keys and values, in the manner of SGLang's RadixAttention.
+
+Prompts of a rollout repeat each other's starts: a workflow's next turn is its last context plus
+what came back, the runs of one question share their first prompts, every prompt of a role
+starts with the role's instructions, an Answerer's candidates share one prompt. Each edge of the
+tree holds a run of token ids and their keys and values, (2 x layers, kv_heads, tokens,
+head_dim), computed once; a new request copies its longest cached prefix into its row and
+prefills only the rest. Copying a position costs a few kilobytes of memory traffic; computing it
+costs a forward pass.
+
+Eviction is least-recently-used over leaves, by a step clock (never wall time), so what is cached,
+and hence what a run computes, is the same on every run. Cached values belong to one version of
+the weights: the owner clears the tree when they change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+# (start, end) -> keys and values of those positions, (2 x layers, kv_heads, end - start, head_dim)
+KVSource = Callable[[int, int], torch.Tensor]
+
+
+class _Node:
+    __slots__ = ("tokens", "kv", "children", "parent", "used")
+
+    def __init__(self, tokens: tuple[int, ...], kv: torch.Tensor | None, parent: _Node | None, used: int):
+        self.tokens, self.kv, self.parent, self.used = tokens, kv, parent, used
+        self.children: dict[int, _Node] = {}
+
+
+class PrefixCache:
+    """Longest-prefix lookup and insertion of token ids with their keys and values, at most
+    `budget_tokens` positions held (0: caching off)."""
+
+    def __init__(self, budget_tokens: int):
+        if budget_tokens < 0:
+            raise ValueError(f"budget_tokens: expected >= 0, got {budget_tokens}")
+        self.budget = budget_tokens
+        self.root = _Node((), None, None, 0)
+        self.tokens = 0  # positions held
+        self.clock = 0
+
+    def clear(self) -> None:
+        self.root = _Node((), None, None, 0)
+        self.tokens = 0
+
+    def tick(self) -> None:
+        """One scheduler step has passed (the LRU clock)."""
+        self.clock += 1
+
+    def match(self, ids: Sequence[int], limit: int | None = None) -> tuple[int, list[torch.Tensor]]:
+        """(n, parts): the first n <= limit ids are cached; `parts` are their keys and values in
+        order (views, concatenated along the token axis they give n positions)."""
+        limit = len(ids) if limit is None else min(limit, len(ids))
+        node, n, parts = self.root, 0, []
+        while n < limit:
+            child = node.children.get(ids[n])
+            if child is None:
+                break
+            take = 0
+            edge = child.tokens
+            while take < len(edge) and n + take < limit and edge[take] == ids[n + take]:
+                take += 1
+            child.used = self.clock
+            parts.append(child.kv if take == len(edge) else child.kv[:, :, :take])
+            n += take
+            if take < len(edge):
+                break
+            node = child
+        return n, parts
+
+    def insert(self, ids: Sequence[int], source: KVSource) -> None:
+        """Cache `ids`; keys and values of the positions not yet cached come from `source`."""
+        if self.budget == 0 or not ids:
+            return
+        node, n = self.root, 0
+        ids = tuple(ids)
+        while n < len(ids):
+            child = node.children.get(ids[n])
+            if child is None:
+                leaf = _Node(ids[n:], source(n, len(ids)).clone(), node, self.clock)
+                node.children[ids[n]] = leaf
+                self.tokens += len(leaf.tokens)
+                break
+            edge = child.tokens
+            take = 0
+            while take < len(edge) and n + take < len(ids) and edge[take] == ids[n + take]:
+                take += 1
+            child.used = self.clock
+            if take < len(edge):
+                if n + take == len(ids):
+                    break  # the ids end inside this edge: all cached already
+                self._split(child, take)
+            node, n = child, n + take
+        self._evict()
+
+    def _split(self, node: _Node, at: int) -> None:
+        """Cut `node`'s edge after `at` tokens: node keeps the head, a new child the tail."""
+        tail = _Node(node.tokens[at:], node.kv[:, :, at:].clone(), node, node.used)
+        tail.children = node.children
+        for grandchild in tail.children.values():
+            grandchild.parent = tail
+        node.tokens, node.kv = node.tokens[:at], node.kv[:, :, :at].clone()
+        node.children = {tail.tokens[0]: tail}
+
+    def _evict(self) -> None:
+        """Drop least-recently-used leaves until at most the budget is held (ties: older insertion
+        order, by the tree walk, so eviction is deterministic)."""
+        if self.tokens <= self.budget:
+            return
+        target = self.budget * 9 // 10  # some slack, so eviction runs every few inserts, not every one
+        leaves = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node is not self.root and not node.children:
+                leaves.append(node)
+            stack.extend(node.children.values())
+        leaves.sort(key=lambda leaf: leaf.used)
+        queue = list(leaves)
+        while self.tokens > target and queue:
+            leaf = queue.pop(0)
+            parent = leaf.parent
+            del parent.children[leaf.tokens[0]]
+            self.tokens -= len(leaf.tokens)
+            if parent is not self.root and not parent.children:
+                # the parent became a leaf; it goes in the queue at its place by recency
+                position = 0
+                while position < len(queue) and queue[position].used <= parent.used:
+                    position += 1
+                queue.insert(position, parent)
