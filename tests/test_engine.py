@@ -246,3 +246,15 @@ def test_packed_ppo_update_matches_the_padded_one(tokenizer):
     moved = max((padded_weights[k] - start.state_dict()[k]).abs().max().item() for k in padded_weights)
     apart = max((padded_weights[k] - packed_weights[k]).abs().max().item() for k in padded_weights)
     assert moved > 1e-4 and apart < 1e-3 * moved
+
+
+def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prompts):
+    """A decode step reads masked positions of shorter rows: they must hold finite numbers even when
+    the pool's fresh memory holds NaN (torch.empty gives whatever was there)."""
+    params = seeded(len(prompts))
+    backend = engine(model, tokenizer, max_rows=9)
+    backend.engine._pool_now().kv.fill_(float("nan"))
+    gens = [g[0] for g in backend.generate(prompts, params)]
+    assert all(all(lp == lp for lp in g.logprobs) for g in gens)  # no NaN log-prob
+    scores = HFBackend(model, tokenizer).score(prompts, [g.token_ids for g in gens])
+    assert max(abs(a - b) for g, s in zip(gens, scores) for a, b in zip(g.logprobs, s)) < TOLERANCE

@@ -24,12 +24,20 @@ from pipeline.engine.qwen3 import Shape
 class KVPool:
     """Keys and values of `rows` sequences of up to `capacity` positions each, one buffer
     (2 x layers, rows, kv_heads, capacity, head_dim); a row's filled positions are 0..length-1.
-    Pages are touched only where rows are written, so unused capacity costs no memory."""
+    Pages are touched only where rows are written, so unused capacity costs no memory.
+
+    A decode step reads every row up to the longest row's position, the rest masked; a masked
+    position must still hold a finite number (0 x NaN is NaN), so each row's positions are
+    zeroed once, up to what any step has read (`clean`), before they are first read."""
 
     def __init__(self, shape: Shape, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
         self.shape, self.rows, self.capacity = shape, rows, capacity
         self.kv = torch.empty((2 * shape.layers, rows, shape.kv_heads, capacity, shape.head_dim),
                               dtype=dtype, device=device)
+        self.clean = [0] * rows  # positions 0..clean-1 of each row hold finite numbers
+
+    def _written(self, row: int, end: int) -> None:
+        self.clean[row] = max(self.clean[row], end)
 
     def write(self, row: int, start: int, parts: Sequence[torch.Tensor]) -> int:
         """Copy cached keys and values `parts` into `row` from `start`; returns the end position."""
@@ -37,6 +45,7 @@ class KVPool:
             end = start + part.shape[2]
             self.kv[:, row, :, start:end] = part
             start = end
+        self._written(row, start)
         return start
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
@@ -44,6 +53,14 @@ class KVPool:
 
     def move(self, source: int, target: int, length: int) -> None:
         self.kv[:, target, :, :length] = self.kv[:, source, :, :length]
+        self._written(target, length)
+
+    def make_clean(self, rows: int, width: int) -> None:
+        """Zero what rows 0..rows-1 have never held below `width`."""
+        for row in range(rows):
+            if self.clean[row] < width:
+                self.kv[:, row, :, self.clean[row]:width] = 0
+                self.clean[row] = width
 
 
 def _expand_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -71,6 +88,8 @@ class PoolPrefill:
         out, offset = [], 0
         for row, start, end in zip(self.rows, self.starts, self.ends):
             n = end - start
+            if layer == 0:
+                self.pool._written(row, end)
             keys[row, :, start:end] = k[offset:offset + n].transpose(0, 1)
             values[row, :, start:end] = v[offset:offset + n].transpose(0, 1)
             qi = q[offset:offset + n].transpose(0, 1)[None]
@@ -95,6 +114,7 @@ class PoolDecode:
         device = positions.device
         self.index = torch.arange(self.batch, device=device)
         self.mask = (torch.arange(self.width, device=device)[None, :] <= positions[:, None])[:, None, None, :]
+        pool.make_clean(self.batch, self.width)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         s = self.pool.shape

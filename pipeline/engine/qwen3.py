@@ -49,8 +49,7 @@ class Shape:
 class LayerWeights:
     ln_attn: torch.Tensor
     qkv: torch.Tensor  # (Hq*d + 2*Hkv*d, hidden)
-    q_norm: torch.Tensor
-    k_norm: torch.Tensor
+    qk_norm: torch.Tensor  # (Hq + Hkv, d): q_norm's weight for each query head, k_norm's for each key head
     o: torch.Tensor
     ln_mlp: torch.Tensor
     gate_up: torch.Tensor  # (2 * intermediate, hidden)
@@ -94,7 +93,9 @@ class Qwen3Weights:
         positions = torch.arange(self.shape.max_positions, dtype=torch.float32)
         freqs = positions[:, None] * inv_freq[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
-        self.cos, self.sin = emb.cos(), emb.sin()  # (max_positions, d), float32 as transformers computes them
+        self.cos = emb.cos()  # (max_positions, d), float32 as transformers computes them
+        sin = emb.sin()
+        self.signed_sin = torch.cat([-sin[:, : d // 2], sin[:, d // 2:]], dim=-1)  # for rotate()
         self._params = list(model.parameters())
         self._stamp: tuple | None = None
         self._fused: list[LayerWeights] = []
@@ -104,12 +105,14 @@ class Qwen3Weights:
 
     def _fuse(self) -> list[LayerWeights]:
         out = []
+        s = self.shape
         for layer in self.layer_modules:
             attn, mlp = layer.self_attn, layer.mlp
+            qk_norm = torch.cat([attn.q_norm.weight.expand(s.heads, -1), attn.k_norm.weight.expand(s.kv_heads, -1)])
             out.append(LayerWeights(
                 ln_attn=layer.input_layernorm.weight,
                 qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                q_norm=attn.q_norm.weight, k_norm=attn.k_norm.weight, o=attn.o_proj.weight,
+                qk_norm=qk_norm, o=attn.o_proj.weight,
                 ln_mlp=layer.post_attention_layernorm.weight,
                 gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), down=mlp.down_proj.weight,
             ))
@@ -120,8 +123,7 @@ class Qwen3Weights:
         stamp = self._stamp_now()
         if stamp != self._stamp:
             with torch.no_grad():
-                self._fused = [LayerWeights(**{k: v.detach().clone() for k, v in vars(w).items()})
-                               for w in self._fuse()]
+                self._fused = [LayerWeights(**{k: v.detach() for k, v in vars(w).items()}) for w in self._fuse()]
             self._stamp = stamp
         return self._fused
 
@@ -134,23 +136,21 @@ class Qwen3Weights:
         return self._fuse()
 
     def to(self, device: torch.device) -> Qwen3Weights:
-        self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        self.cos, self.signed_sin = self.cos.to(device), self.signed_sin.to(device)
         return self
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' Qwen3RMSNorm: statistics in float32, the weight applied after."""
-    dtype = x.dtype
-    x = x.float()
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x.to(dtype)
+    """transformers' Qwen3RMSNorm (statistics in float32, the weight applied after), as one kernel."""
+    if x.dtype != torch.float32:
+        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of x (T, H, d) at the tokens' cos/sin (T, 1, d)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x (T, H, d) with rotate-half: x cos + [-x2, x1] sin, written as
+    x cos + roll(x, d/2) [-sin1, sin2]; cos and signed_sin are (T, 1, d)."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 def forward_hidden(weights: Qwen3Weights, layers: list[LayerWeights], ids: torch.Tensor,
@@ -160,13 +160,15 @@ def forward_hidden(weights: Qwen3Weights, layers: list[LayerWeights], ids: torch
     s = weights.shape
     x = F.embedding(ids, weights.embed)
     cos = weights.cos[positions][:, None, :].to(x.dtype)
-    sin = weights.sin[positions][:, None, :].to(x.dtype)
-    q_width, kv_width = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    sin = weights.signed_sin[positions][:, None, :].to(x.dtype)
+    qk_width = (s.heads + s.kv_heads) * s.head_dim
     for index, w in enumerate(layers):
         h = rms_norm(x, w.ln_attn, s.eps)
-        q, k, v = F.linear(h, w.qkv).split([q_width, kv_width, kv_width], dim=-1)
-        q = rotate(rms_norm(q.view(-1, s.heads, s.head_dim), w.q_norm, s.eps), cos, sin)
-        k = rotate(rms_norm(k.view(-1, s.kv_heads, s.head_dim), w.k_norm, s.eps), cos, sin)
+        qk, v = F.linear(h, w.qkv).split([qk_width, s.kv_heads * s.head_dim], dim=-1)
+        # q_norm and k_norm in one kernel over all heads, then one rotary pass
+        qk = F.rms_norm(qk.view(-1, s.heads + s.kv_heads, s.head_dim), (s.head_dim,), None, s.eps) * w.qk_norm
+        qk = rotate(qk, cos, sin)
+        q, k = qk.split([s.heads, s.kv_heads], dim=1)
         x = x + F.linear(attention(index, q, k, v.view(-1, s.kv_heads, s.head_dim)), w.o)
         h = rms_norm(x, w.ln_mlp, s.eps)
         gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
