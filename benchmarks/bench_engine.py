@@ -182,11 +182,11 @@ def run_kernels(root: Path) -> dict:
         pool = KVPool(shape, prompts, shape.max_positions, torch.float32, torch.device("cpu"))
         ids = torch.randint(3, shape.vocab, (prompts * length,), generator=generator)
         positions = torch.arange(length).repeat(prompts)
-        rows = list(range(prompts))
+        rows = [(pool, row) for row in range(prompts)]
 
         def prefill():
             hidden = forward_hidden(weights, layers, ids, positions,
-                                    PoolPrefill(pool, rows, [0] * prompts, [length] * prompts))
+                                    PoolPrefill(rows, [0] * prompts, [length] * prompts))
             logits_of(weights, hidden[length - 1::length])
 
         prefill()

@@ -112,7 +112,7 @@ def instrument_engine(phases: Phases, backend) -> list[Callable[[], None]]:
     decode = engine._decode
 
     def timed_decode(*args, **kwargs):
-        phases.rows.append(len(engine.running))
+        phases.rows.append(engine.running)
         with phases.time("generate: decode forward"):
             return decode(*args, **kwargs)
 
@@ -178,6 +178,11 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
     total = time.perf_counter() - began
     for u in undo:
         u()
+    if kind == "engine":
+        stats = backend.engine.stats
+        print(f"engine: {stats.prefill_passes} prefill passes, {stats.prefill_tokens} prompt tokens computed, "
+              f"{stats.cached_tokens} of {stats.prompt_tokens} ({100 * stats.cache_share():.0f}%) from the prefix "
+              f"cache; {stats.decode_steps} decode steps")
     generated = sum(c.output_tokens for t in rollout.trajectories for c in t.calls)
     report(f"evaluation of {target.name}: {len(rows)} questions x {params.common.eval.runs} runs "
            f"({target.workflow}, {rollout.ticks} ticks, grouped generation {cfg.grouped_generation})",

@@ -253,7 +253,8 @@ def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prom
     the pool's fresh memory holds NaN (torch.empty gives whatever was there)."""
     params = seeded(len(prompts))
     backend = engine(model, tokenizer, max_rows=9)
-    backend.engine._pool_now().kv.fill_(float("nan"))
+    for capacity in backend.engine.classes:  # every length region's pool
+        backend.engine._region(capacity).pool.kv.fill_(float("nan"))
     gens = [g[0] for g in backend.generate(prompts, params)]
     assert all(all(lp == lp for lp in g.logprobs) for g in gens)  # no NaN log-prob
     scores = HFBackend(model, tokenizer).score(prompts, [g.token_ids for g in gens])

@@ -76,20 +76,19 @@ def _offset_causal(new: int, start: int, device: torch.device) -> torch.Tensor:
 
 @dataclass
 class PoolPrefill:
-    pool: KVPool
-    rows: list[int]
+    rows: list[tuple[KVPool, int]]  # the pool and row of each sequence
     starts: list[int]  # first new position of each row (after its cached prefix)
     ends: list[int]
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        s = self.pool.shape
-        groups = s.heads // s.kv_heads
-        keys, values = self.pool.kv[2 * layer], self.pool.kv[2 * layer + 1]
         out, offset = [], 0
-        for row, start, end in zip(self.rows, self.starts, self.ends):
+        for (pool, row), start, end in zip(self.rows, self.starts, self.ends):
+            s = pool.shape
+            groups = s.heads // s.kv_heads
+            keys, values = pool.kv[2 * layer], pool.kv[2 * layer + 1]
             n = end - start
             if layer == 0:
-                self.pool._written(row, end)
+                pool._written(row, end)
             keys[row, :, start:end] = k[offset:offset + n].transpose(0, 1)
             values[row, :, start:end] = v[offset:offset + n].transpose(0, 1)
             qi = q[offset:offset + n].transpose(0, 1)[None]
@@ -126,6 +125,21 @@ class PoolDecode:
         qg = q.view(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
         attended = F.scaled_dot_product_attention(qg, keys[:b, :, :w], values[:b, :, :w], attn_mask=self.mask)
         return attended.reshape(b, s.heads * s.head_dim)
+
+
+class RegionsDecode:
+    """One decode step over several pools (the engine's length regions): rows in pool order, each
+    pool's part attended to its own rows and widths."""
+
+    def __init__(self, parts: list[tuple[KVPool, torch.Tensor]]):
+        self.decoders = [PoolDecode(pool, positions) for pool, positions in parts]
+        self.sizes = [d.batch for d in self.decoders]
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if len(self.decoders) == 1:
+            return self.decoders[0](layer, q, k, v)
+        pieces = zip(self.decoders, q.split(self.sizes), k.split(self.sizes), v.split(self.sizes))
+        return torch.cat([decoder(layer, *qkv) for decoder, *qkv in pieces])
 
 
 @dataclass

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from pipeline.engine.attention import KVPool, PoolDecode, PoolPrefill
+from pipeline.engine.attention import KVPool, PoolPrefill, RegionsDecode
 from pipeline.engine.prefix_cache import PrefixCache
 from pipeline.engine.qwen3 import Qwen3Weights, forward_hidden, logits_of
 from pipeline.errors import InputError
@@ -45,6 +45,9 @@ from pipeline.policy.stopping import StopStringChecker
 MIN_SHARED = 16
 # An admission round looks at most this many waiting requests per free row.
 SCAN_FACTOR = 4
+# Rows are kept in regions by the positions their request can reach (prompt + token budget), so
+# a decode step reads each region's keys only up to its own longest row (docs/profile.md#the-engine).
+REGION_CAPACITIES = (128, 192, 256, 384, 512, 768)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,21 @@ class EngineStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
+@dataclass
+class Region:
+    """Rows whose request needs at most `pool.capacity` positions (prompt + token budget): a decode
+    step attends over a region's rows up to its longest row only, so short rows never pay for the
+    longest context in flight. Rows 0..len(running)-1 of the pool are the running ones."""
+
+    pool: KVPool
+    running: list[Request] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)  # filled positions of each row
+    pending: list[int] = field(default_factory=list)  # the sampled, not yet fed token of each row
+
+
+Row = tuple[Region, int]
+
+
 class Engine:
     def __init__(self, weights: Qwen3Weights, tokenizer, eos_ids: set[int], config: EngineConfig | None = None,
                  device: torch.device | str = "cpu"):
@@ -104,12 +122,10 @@ class Engine:
         self.capacity = weights.shape.max_positions
         self.cache = PrefixCache(self.config.prefix_cache_tokens)
         self.stats = EngineStats()
-        self._pool: KVPool | None = None
+        self.classes = sorted({c for c in REGION_CAPACITIES if c < self.capacity} | {self.capacity})
+        self.regions: dict[int, Region] = {}  # by capacity, made when first needed
         self._version: tuple | None = None
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []  # row i of the pool holds running[i]
-        self._lengths: list[int] = []  # filled positions of each row
-        self._pending = torch.empty(0, dtype=torch.long)  # the sampled, not yet fed token of each row
         self._checkers: dict[tuple[str, ...], StopStringChecker] = {}
 
     # -- submission --------------------------------------------------------------------------
@@ -125,13 +141,17 @@ class Engine:
                                     tuple(s for s in stop if s), seed))
 
     @property
+    def running(self) -> int:
+        return sum(len(r.running) for r in self.regions.values())
+
+    @property
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
     @property
     def load(self) -> int:
         """Requests waiting or running."""
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + self.running
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -157,20 +177,25 @@ class Engine:
             self.cache.clear()
             self._version = version
 
-    def _pool_now(self) -> KVPool:
-        if self._pool is None:
+    def _region(self, positions: int) -> Region:
+        capacity = next(c for c in self.classes if c >= positions)
+        region = self.regions.get(capacity)
+        if region is None:
             dtype = self.weights.embed.dtype
-            self._pool = KVPool(self.weights.shape, self.config.max_rows, self.capacity, dtype, self.device)
-        return self._pool
+            region = self.regions[capacity] = Region(
+                KVPool(self.weights.shape, self.config.max_rows, capacity, dtype, self.device))
+        return region
 
-    def _admit(self, layers) -> list[int]:
+    def _active(self) -> list[Region]:
+        return [self.regions[c] for c in sorted(self.regions) if self.regions[c].running]
+
+    def _admit(self, layers) -> list[Row]:
         """Prefill the requests admitted this step; returns their rows."""
-        free = self.config.max_rows - len(self.running)
+        free = self.config.max_rows - self.running
         if not self.waiting or free == 0:
             return []
         if self.running and free < self.config.admit_free_share * self.config.max_rows:
             return []
-        pool = self._pool_now()
         picked: list[tuple[Request, int, list[torch.Tensor]]] = []
         deferred: list[Request] = []
         budget = self.config.prefill_tokens
@@ -194,13 +219,16 @@ class Engine:
         self.waiting.extendleft(reversed(deferred))
         if not picked:
             return []
-        rows, begin, end = [], [], []
+        rows: list[Row] = []
+        begin, end = [], []
         for request, cached, parts in picked:
-            row = len(self.running)
-            self.running.append(request)
-            self._lengths.append(len(request.prompt))
-            pool.write(row, 0, parts)
-            rows.append(row)
+            region = self._region(len(request.prompt) + request.max_new_tokens)
+            row = len(region.running)
+            region.running.append(request)
+            region.lengths.append(len(request.prompt))
+            region.pending.append(0)
+            region.pool.write(row, 0, parts)
+            rows.append((region, row))
             begin.append(cached)
             end.append(len(request.prompt))
             self.stats.prompt_tokens += len(request.prompt)
@@ -209,99 +237,104 @@ class Engine:
         positions = torch.cat([torch.arange(b, e) for b, e in zip(begin, end)]).to(self.device)
         self.stats.prefill_passes += 1
         self.stats.prefill_tokens += int(ids.shape[0])
-        hidden = forward_hidden(self.weights, layers, ids, positions, PoolPrefill(pool, rows, begin, end))
+        attention = PoolPrefill([(region.pool, row) for region, row in rows], begin, end)
+        hidden = forward_hidden(self.weights, layers, ids, positions, attention)
         last = torch.tensor(np.cumsum([e - b for b, e in zip(begin, end)]) - 1, device=self.device)
-        tokens = self._sample(rows, logits_of(self.weights, hidden[last]))
-        self._pending = torch.cat([self._pending, tokens])
-        for (request, _, _), row in zip(picked, rows):
-            self.cache.insert(request.prompt, self._source(row))
+        tokens = self._sample([r for r, _, _ in picked], logits_of(self.weights, hidden[last]))
+        for (region, row), token in zip(rows, tokens):
+            region.pending[row] = token
+            self.cache.insert(region.running[row].prompt, self._source(region, row))
         return rows
 
-    def _source(self, row: int):
-        pool = self._pool
-        return lambda start, end: pool.read(row, start, end)
+    @staticmethod
+    def _source(region: Region, row: int):
+        return lambda start, end: region.pool.read(row, start, end)
 
-    def _decode(self, layers) -> list[int]:
+    def _decode(self, layers) -> list[Row]:
         """Feed every row's pending token, sample the next; the rows that ended."""
-        batch = len(self.running)
-        positions = torch.tensor(self._lengths, dtype=torch.long, device=self.device)
-        hidden = forward_hidden(self.weights, layers, self._pending, positions, PoolDecode(self._pool, positions))
+        active = self._active()
+        ids = torch.tensor([t for r in active for t in r.pending], dtype=torch.long, device=self.device)
+        parts = [(r.pool, torch.tensor(r.lengths, dtype=torch.long, device=self.device)) for r in active]
+        positions = torch.cat([p for _, p in parts])
+        hidden = forward_hidden(self.weights, layers, ids, positions, RegionsDecode(parts))
+        rows = [(r, i) for r in active for i in range(len(r.running))]
         self.stats.decode_steps += 1
-        self.stats.decode_rows += batch
-        self._lengths = [n + 1 for n in self._lengths]
-        rows = list(range(batch))
-        self._pending = self._sample(rows, logits_of(self.weights, hidden))
+        self.stats.decode_rows += len(rows)
+        for region in active:
+            region.lengths = [n + 1 for n in region.lengths]
+        tokens = self._sample([r.running[i] for r, i in rows], logits_of(self.weights, hidden))
+        for (region, i), token in zip(rows, tokens):
+            region.pending[i] = token
         return self._ended(rows)
 
-    def _sample(self, rows: list[int], logits: torch.Tensor) -> torch.Tensor:
-        """The next token of each of `rows` (logits in the same order), recorded on its request."""
-        requests = [self.running[i] for i in rows]
-        tokens = torch.empty(len(rows), dtype=torch.long, device=self.device)
+    def _sample(self, requests: list[Request], logits: torch.Tensor) -> list[int]:
+        """The next token of each request (logits in the same order), recorded on it."""
+        tokens = [0] * len(requests)
         groups: dict[tuple[float, float], list[int]] = {}
         for j, r in enumerate(requests):
             groups.setdefault((r.temperature, r.top_p), []).append(j)
         for (temperature, top_p), members in groups.items():
             uniforms = None
-            seeded = [j for j in members if requests[j].seed is not None]
-            if temperature > 0 and seeded and len(seeded) == len(members):
+            if temperature > 0 and all(requests[j].seed is not None for j in members):
                 seeds = np.array([requests[j].seed for j in members], dtype=np.uint64)
                 positions = np.array([len(requests[j].tokens) for j in members], dtype=np.int64)
                 uniforms = torch.from_numpy(keyed_uniforms(seeds, positions)).to(self.device)
-            index = torch.tensor(members, device=self.device)
-            picked, logps = sample_next_tokens(logits[index], temperature, top_p, uniforms)
-            tokens[index] = picked
+            chosen = logits if len(members) == len(requests) else logits[torch.tensor(members, device=self.device)]
+            picked, logps = sample_next_tokens(chosen, temperature, top_p, uniforms)
             for j, token, logp in zip(members, picked.tolist(), logps.tolist()):
                 requests[j].tokens.append(token)
                 requests[j].logprobs.append(logp)
-        self.stats.generated_tokens += len(rows)
+                tokens[j] = token
+        self.stats.generated_tokens += len(requests)
         return tokens
 
-    def _ended(self, rows: Sequence[int]) -> list[int]:
-        """Mark the requests of `rows` whose last token ends them (stop string, EOS, budget)."""
-        by_stop: dict[tuple[str, ...], list[int]] = {}
-        for i in rows:
-            by_stop.setdefault(self.running[i].stop, []).append(i)
-        ended = set()
+    def _ended(self, rows: Sequence[Row]) -> list[Row]:
+        """The rows whose last token ends their request (stop string, EOS, budget), marked."""
+        by_stop: dict[tuple[str, ...], list[Row]] = {}
+        for region, i in rows:
+            by_stop.setdefault(region.running[i].stop, []).append((region, i))
+        ended = []
         for stop, members in by_stop.items():
             checker = self._checkers.get(stop)
             if checker is None:
                 checker = self._checkers[stop] = StopStringChecker(self.tokenizer, stop)
-            hits = checker.hits([self.running[i].tokens for i in members])
-            for i, hit in zip(members, hits):
-                request = self.running[i]
+            hits = checker.hits([region.running[i].tokens for region, i in members])
+            for (region, i), hit in zip(members, hits):
+                request = region.running[i]
                 if hit or request.tokens[-1] in self.eos_ids:
                     request.finish = "stop"
                 elif len(request.tokens) >= request.max_new_tokens:
                     request.finish = "length"
                 if request.finish:
-                    ended.add(i)
-        return sorted(ended)
+                    ended.append((region, i))
+        return ended
 
-    def _finish(self, ended: list[int]) -> list[tuple[Hashable, Generation]]:
-        """Hand back the ended requests, cache their contexts, and move the last running rows into
-        the holes, so rows 0..B-1 stay the running ones."""
+    def _finish(self, ended: list[Row]) -> list[tuple[Hashable, Generation]]:
+        """Hand back the ended requests, cache their contexts, and move each region's last running
+        rows into its holes, so its rows 0..B-1 stay the running ones."""
         out = []
-        for i in ended:
-            request = self.running[i]
+        by_region: dict[int, tuple[Region, list[int]]] = {}
+        for region, i in ended:
+            request = region.running[i]
             # positions 0..length-1 hold the prompt and every generated token but the last
             context = request.prompt + request.tokens[:-1]
-            self.cache.insert(context[: self._lengths[i]], self._source(i))
+            self.cache.insert(context[: region.lengths[i]], self._source(region, i))
             text = self.tokenizer.decode(request.tokens, skip_special_tokens=True)
             out.append((request.key, Generation(request.tokens, request.logprobs, text, request.finish)))
-        if not ended:
-            return out
+            by_region.setdefault(id(region), (region, []))[1].append(i)
         self.stats.finished += len(ended)
-        gone = set(ended)
-        size = len(self.running) - len(ended)
-        holes = [i for i in ended if i < size]
-        movers = [i for i in range(size, len(self.running)) if i not in gone]
-        order = list(range(size))
-        for hole, mover in zip(holes, movers):
-            self._pool.move(mover, hole, self._lengths[mover])
-            order[hole] = mover
-        self.running = [self.running[i] for i in order]
-        self._lengths = [self._lengths[i] for i in order]
-        self._pending = self._pending[torch.tensor(order, dtype=torch.long, device=self.device)]
+        for region, gone_rows in by_region.values():
+            gone = set(gone_rows)
+            size = len(region.running) - len(gone)
+            holes = sorted(i for i in gone if i < size)
+            movers = [i for i in range(size, len(region.running)) if i not in gone]
+            order = list(range(size))
+            for hole, mover in zip(holes, movers):
+                region.pool.move(mover, hole, region.lengths[mover])
+                order[hole] = mover
+            region.running = [region.running[i] for i in order]
+            region.lengths = [region.lengths[i] for i in order]
+            region.pending = [region.pending[i] for i in order]
         return out
 
     def run(self) -> list[tuple[Hashable, Generation]]:
