@@ -18,7 +18,8 @@ Parts (each variant runs in a process of its own, so each prints its own peak RS
   matmul bound (target >= 40%).
 
 `--precision float32` forces float32 where the default path takes bfloat16 on a CPU that has it
-natively (the retriever's encoder; the engine itself computes in float32 on both paths).
+natively (the retriever's encoder and the engine's matmuls, keys and values; the reference
+backend generates in float32 on both paths).
 Needs a checkout where `make repro` ran (its data/models and data/index), given by `--root`.
 
 Run: .venv/bin/python -m benchmarks.bench_engine --root <checkout> [--part eval|train|kernels|all]
@@ -44,11 +45,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _backend(kind: str, folder: Path):
+def _backend(kind: str, folder: Path, precision: str = "auto"):
     if kind == "engine":
         from pipeline.engine.backend import EngineBackend
+        from pipeline.engine.engine import EngineConfig
+        from pipeline.precision import cpu_has_native_bf16
 
-        return EngineBackend(folder)
+        return EngineBackend(folder, config=EngineConfig(bf16=precision == "auto" and cpu_has_native_bf16()))
     from pipeline.policy.hf_backend import HFBackend
 
     return HFBackend(folder)
@@ -74,7 +77,7 @@ def run_eval(root: Path, kind: str, system: str, precision: str, questions: int 
     params = load_params(root / "params.yaml", profile="tiny")
     target = system_named(system)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
-    backend = _backend(kind, target.model_dir(root))
+    backend = _backend(kind, target.model_dir(root), precision)
     retriever = _retriever(root, precision)
     test = read_split(root, "test")
     test = test if questions is None else test.head(questions)
@@ -112,12 +115,12 @@ def run_train(root: Path, kind: str, system: str, precision: str, steps: int) ->
     target = trained_system(system)
     cfg = train_config(params, target.name)
     training = target.training
-    policy = _backend(kind, model_dir(root, "base"))
+    policy = _backend(kind, model_dir(root, "base"), precision)
     inputs = trainer.TrainInputs(
         policy=policy, retriever=_retriever(root, precision), train_questions=read_split(root, "train"),
         dev_questions=read_split(root, "dev"),
-        teacher=_backend(kind, model_dir(root, training.teacher)) if training.teacher else None,
-        judge=_backend(kind, model_dir(root, training.judge)) if training.judge else None)
+        teacher=_backend(kind, model_dir(root, training.teacher), precision) if training.teacher else None,
+        judge=_backend(kind, model_dir(root, training.judge), precision) if training.judge else None)
     optimizer = trainer.make_optimizer(policy.model, cfg)
     times, collect, samples = [], [], 0
     for step in range(steps):

@@ -127,8 +127,9 @@ def open_backend(kind: str, folder: Path):
 
         return HFBackend(folder)
     from pipeline.engine.backend import EngineBackend
+    from pipeline.engine.engine import EngineConfig
 
-    return EngineBackend(folder)
+    return EngineBackend(folder, config=EngineConfig(bf16=kind == "engine-bf16"))
 
 
 def report(title: str, phases: Phases, total: float, generated: int, params: int, bound: float) -> None:
@@ -168,7 +169,7 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
     cfg = workflow_config(params, sampling, params.common.protocol.eval_candidates)
     run_workflow(target.workflow, rows.head(4), backend, retriever, cfg, n_traj=params.common.eval.runs, seed=1)
     phases = Phases()
-    undo = (instrument_engine if kind == "engine" else instrument)(phases, backend)
+    undo = (instrument if kind == "reference" else instrument_engine)(phases, backend)
     undo.append(phases.wrap(retriever, "search", "retrieval"))
     began = time.perf_counter()
     rollout = run_workflow(target.workflow, rows, backend, retriever, cfg, n_traj=params.common.eval.runs,
@@ -178,7 +179,7 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
     total = time.perf_counter() - began
     for u in undo:
         u()
-    if kind == "engine":
+    if kind != "reference":
         stats = backend.engine.stats
         print(f"engine: {stats.prefill_passes} prefill passes, {stats.prefill_tokens} prompt tokens computed, "
               f"{stats.cached_tokens} of {stats.prompt_tokens} ({100 * stats.cache_share():.0f}%) from the prefix "
@@ -209,7 +210,7 @@ def profile_training_step(params, root: Path, system_name: str, bound: float, ki
                                  reference=open_backend(kind, model_dir(root, TEACHER))
                                  if target.workflow == "hierarchy" else None)
     phases = Phases()
-    undo = (instrument_engine if kind == "engine" else instrument)(phases, policy) + [
+    undo = (instrument if kind == "reference" else instrument_engine)(phases, policy) + [
         phases.wrap(inputs.retriever, "search", "retrieval"),
         phases.wrap(batch_rewards, "to_tables", "tables"),
         phases.wrap(batch_rewards, "score_with_teacher", "Teacher scoring"),
@@ -243,7 +244,7 @@ def main() -> None:
     ap.add_argument("--system", default="multiagent_opd")
     ap.add_argument("--questions", type=int, default=32, help="test questions of the evaluation part (one shard)")
     ap.add_argument("--part", choices=["all", "evaluation", "training"], default="all")
-    ap.add_argument("--backend", choices=["engine", "reference"], default="engine")
+    ap.add_argument("--backend", choices=["engine", "engine-bf16", "reference"], default="engine")
     ap.add_argument("--grouped-generation", choices=["on", "off"], default=None,
                     help="override the profile's grouped_generation switch in the evaluation part")
     args = ap.parse_args()

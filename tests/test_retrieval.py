@@ -274,3 +274,8 @@ def test_repeated_queries_are_encoded_once(built):
     assert calls == [["chess history", "glacier"]]
     assert [p.id for p in hits[0]] == [p.id for p in hits[2]]
     assert hits[0] is not hits[2]
+    again = retriever.search(["glacier", "tide pools", "chess history"], k=2)
+    assert calls == [["chess history", "glacier"], ["tide pools"]]  # a query searched before is remembered
+    assert [p.id for p in again[2]] == [p.id for p in hits[0]] and again[2] is not hits[0]
+    retriever.search(["glacier"], k=3)
+    assert calls[-1] == ["glacier"]  # another k is another search

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -74,33 +75,59 @@ def _offset_causal(new: int, start: int, device: torch.device) -> torch.Tensor:
     return keys[None, :] <= (start + torch.arange(new, device=device))[:, None]
 
 
-@dataclass
 class PoolPrefill:
-    rows: list[tuple[KVPool, int]]  # the pool and row of each sequence
-    starts: list[int]  # first new position of each row (after its cached prefix)
-    ends: list[int]
+    """New prompt tokens of admitted rows, packed in admission order: each row's keys and values
+    are written after its cached prefix, and each pool's admitted rows (appended at its end, so
+    consecutive) attend in one call, their queries padded to the longest new part and masked
+    causally from each row's own start."""
+
+    def __init__(self, rows: list[tuple[KVPool, int]], starts: list[int], ends: list[int]):
+        device = rows[0][0].kv.device
+        offsets = np.cumsum([0] + [e - s for s, e in zip(starts, ends)])
+        by_pool: dict[int, list[int]] = {}
+        for i, (pool, _) in enumerate(rows):
+            by_pool.setdefault(id(pool), []).append(i)
+        self.total = int(offsets[-1])
+        self.groups = []
+        for members in by_pool.values():
+            pool = rows[members[0]][0]
+            first = rows[members[0]][1]
+            if [rows[i][1] for i in members] != list(range(first, first + len(members))):
+                raise RuntimeError("PoolPrefill: a pool's admitted rows must be consecutive")
+            new = max(ends[i] - starts[i] for i in members)
+            width = max(ends[i] for i in members)
+            tokens, cols, slots = [], [], []
+            mask = torch.zeros((len(members), 1, new, width), dtype=torch.bool)
+            for j, i in enumerate(members):
+                n = ends[i] - starts[i]
+                tokens.append(np.arange(offsets[i], offsets[i] + n))
+                cols.append(np.arange(starts[i], ends[i]))
+                slots.append(j * new + np.arange(n))
+                mask[j, 0, :n, :ends[i]] = _offset_causal(n, starts[i], torch.device("cpu"))
+                mask[j, 0, n:, 0] = True  # padded queries see one key (their output is dropped), never none
+                pool._written(rows[i][1], ends[i])
+            token_index = torch.from_numpy(np.concatenate(tokens)).to(device)
+            row_index = torch.tensor([rows[i][1] for i, t in zip(members, tokens) for _ in t], device=device)
+            self.groups.append((pool, first, len(members), new, width, token_index, row_index,
+                                torch.from_numpy(np.concatenate(cols)).to(device),
+                                torch.from_numpy(np.concatenate(slots)).to(device), mask.to(device)))
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out, offset = [], 0
-        for (pool, row), start, end in zip(self.rows, self.starts, self.ends):
+        out = q.new_empty((self.total, q.shape[1] * q.shape[2]))
+        for pool, first, count, new, width, tokens, rows, cols, slots, mask in self.groups:
             s = pool.shape
-            groups = s.heads // s.kv_heads
             keys, values = pool.kv[2 * layer], pool.kv[2 * layer + 1]
-            n = end - start
-            if layer == 0:
-                pool._written(row, end)
-            keys[row, :, start:end] = k[offset:offset + n].transpose(0, 1)
-            values[row, :, start:end] = v[offset:offset + n].transpose(0, 1)
-            qi = q[offset:offset + n].transpose(0, 1)[None]
-            ki = _expand_heads(keys[row, :, :end], groups)[None]
-            vi = _expand_heads(values[row, :, :end], groups)[None]
-            if start == 0:
-                attended = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True)
-            else:
-                attended = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=_offset_causal(n, start, q.device))
-            out.append(attended[0].transpose(0, 1).reshape(n, s.heads * s.head_dim))
-            offset += n
-        return torch.cat(out) if len(out) > 1 else out[0]
+            keys[rows, :, cols] = k[tokens]
+            values[rows, :, cols] = v[tokens]
+            padded = q.new_zeros((count * new, s.heads, s.head_dim))
+            padded[slots] = q[tokens]
+            padded = padded.view(count, new, s.heads, s.head_dim).transpose(1, 2)
+            groups = s.heads // s.kv_heads
+            attended = F.scaled_dot_product_attention(
+                padded, _expand_heads(keys[first:first + count, :, :width], groups),
+                _expand_heads(values[first:first + count, :, :width], groups), attn_mask=mask)
+            out[tokens] = attended.transpose(1, 2).reshape(count * new, s.heads * s.head_dim)[slots]
+        return out
 
 
 class PoolDecode:

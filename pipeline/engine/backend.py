@@ -30,7 +30,8 @@ class EngineBackend(HFBackend):
                  device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None,
                  config: EngineConfig | None = None):
         super().__init__(model_or_path, tokenizer, device=device, dtype=dtype)
-        self.weights = Qwen3Weights(self.model).to(self.device)
+        bf16 = config is not None and config.bf16
+        self.weights = Qwen3Weights(self.model, torch.bfloat16 if bf16 else None).to(self.device)
         self.engine = Engine(self.weights, self.tokenizer, self.eos_ids, config, self.device)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1

@@ -58,6 +58,9 @@ class EngineConfig:
     # admit only when at least this share of max_rows is free (or nothing runs): fewer, larger
     # prefill passes instead of one small pass per finished row
     admit_free_share: float = 0.125
+    # linear layers, keys, values and attention in bfloat16 (for a CPU that computes it natively);
+    # False: everything in the model's own dtype
+    bf16: bool = False
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.prefill_tokens < 1 or self.prefix_cache_tokens < 0:
@@ -181,7 +184,7 @@ class Engine:
         capacity = next(c for c in self.classes if c >= positions)
         region = self.regions.get(capacity)
         if region is None:
-            dtype = self.weights.embed.dtype
+            dtype = self.weights.matmul_dtype or self.weights.embed.dtype
             region = self.regions[capacity] = Region(
                 KVPool(self.weights.shape, self.config.max_rows, capacity, dtype, self.device))
         return region

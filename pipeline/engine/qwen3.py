@@ -56,6 +56,9 @@ class LayerWeights:
     down: torch.Tensor
 
 
+MATMULS = ("qkv", "o", "gate_up", "down")  # the LayerWeights that a bf16 engine keeps in bfloat16
+
+
 def model_shape(model: torch.nn.Module) -> Shape:
     config = model.config
     if getattr(config, "model_type", "") != "qwen3":
@@ -75,11 +78,14 @@ class Qwen3Weights:
     """The parameters of a transformers Qwen3ForCausalLM, fused for the packed forward.
 
     `current()` returns inference weights, re-fused (a copy, no autograd) whenever a parameter
-    changed since the last call (an optimizer step or a load bumps its version counter);
-    `trainable()` fuses inside autograd, so gradients reach the module's parameters."""
+    changed since the last call (an optimizer step or a load bumps its version counter), with the
+    linear layers in `matmul_dtype` (bfloat16: the CPU's bf16 units; the norms, the residual
+    stream and the output layer stay float32); `trainable()` fuses inside autograd, in the
+    parameters' own dtype, so gradients reach the module's parameters."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, matmul_dtype: torch.dtype | None = None):
         self.model = model
+        self.matmul_dtype = matmul_dtype
         self.shape = model_shape(model)
         inner = model.model
         self.embed = inner.embed_tokens.weight
@@ -123,7 +129,9 @@ class Qwen3Weights:
         stamp = self._stamp_now()
         if stamp != self._stamp:
             with torch.no_grad():
-                self._fused = [LayerWeights(**{k: v.detach() for k, v in vars(w).items()}) for w in self._fuse()]
+                cast = self.matmul_dtype or self.embed.dtype
+                self._fused = [LayerWeights(**{k: v.detach().to(cast) if k in MATMULS else v.detach()
+                                               for k, v in vars(w).items()}) for w in self._fuse()]
             self._stamp = stamp
         return self._fused
 
@@ -156,23 +164,26 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
 def forward_hidden(weights: Qwen3Weights, layers: list[LayerWeights], ids: torch.Tensor,
                    positions: torch.Tensor, attention: Attention) -> torch.Tensor:
     """Final hidden states (T, hidden), after the last norm, of packed tokens `ids` (T,) at
-    `positions` (T,); `attention` places each layer's keys and values and attends."""
+    `positions` (T,); `attention` places each layer's keys and values and attends. The linear
+    layers, keys, values and attention run in the dtype of the layers' matmul weights; the
+    residual stream and the norms' statistics in the embedding's."""
     s = weights.shape
     x = F.embedding(ids, weights.embed)
     cos = weights.cos[positions][:, None, :].to(x.dtype)
     sin = weights.signed_sin[positions][:, None, :].to(x.dtype)
     qk_width = (s.heads + s.kv_heads) * s.head_dim
     for index, w in enumerate(layers):
-        h = rms_norm(x, w.ln_attn, s.eps)
+        mm = w.qkv.dtype
+        h = rms_norm(x, w.ln_attn, s.eps).to(mm)
         qk, v = F.linear(h, w.qkv).split([qk_width, s.kv_heads * s.head_dim], dim=-1)
         # q_norm and k_norm in one kernel over all heads, then one rotary pass
-        qk = F.rms_norm(qk.view(-1, s.heads + s.kv_heads, s.head_dim), (s.head_dim,), None, s.eps) * w.qk_norm
-        qk = rotate(qk, cos, sin)
+        qk = qk.view(-1, s.heads + s.kv_heads, s.head_dim).to(x.dtype)
+        qk = rotate(F.rms_norm(qk, (s.head_dim,), None, s.eps) * w.qk_norm, cos, sin).to(mm)
         q, k = qk.split([s.heads, s.kv_heads], dim=1)
-        x = x + F.linear(attention(index, q, k, v.view(-1, s.kv_heads, s.head_dim)), w.o)
-        h = rms_norm(x, w.ln_mlp, s.eps)
+        x = x + F.linear(attention(index, q, k, v.view(-1, s.kv_heads, s.head_dim)), w.o).to(x.dtype)
+        h = rms_norm(x, w.ln_mlp, s.eps).to(mm)
         gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, w.down)
+        x = x + F.linear(F.silu(gate) * up, w.down).to(x.dtype)
     return rms_norm(x, weights.norm, s.eps)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,16 @@ def check_k(k: Any) -> int:
     return int(k)
 
 
+# Queries whose results a retriever remembers (least recently used out): the runs of one
+# question, and its Searchers, repeat queries (about half of an evaluation's are repeats).
+QUERY_MEMORY = 65536
+
+
 class DenseRetriever:
-    """Retriever protocol implementation: E5 queries against a flat IP faiss index."""
+    """Retriever protocol implementation: E5 queries against a flat IP faiss index.
+
+    A query searched before is answered from memory (its first result, whatever batch it was
+    encoded in), so a query's result never depends on what it is batched with."""
 
     def __init__(self, index: Any, passages: pa.Table | pd.DataFrame | JsonlCorpus,
                  encoder: Encoder | None) -> None:
@@ -47,6 +56,8 @@ class DenseRetriever:
         self.encoder = encoder
         self._search_lock = threading.Lock()  # faiss GPU indexes are not thread-safe
         self._rows: dict[str, int] | None = None  # passage text -> index row, for `neighbours`
+        self._memory: OrderedDict[tuple[str, int], list[Passage]] = OrderedDict()
+        self._memory_lock = threading.Lock()
 
     def _take(self, rows: np.ndarray) -> list[dict]:
         if isinstance(self.passages, JsonlCorpus):
@@ -87,11 +98,19 @@ class DenseRetriever:
             return []
         if self.encoder is None:
             raise InputError("DenseRetriever: no encoder; use search_vectors or pass an encoder")
-        # Rollouts of one question often repeat a query: encode each distinct string once.
-        unique = list(dict.fromkeys(queries))
-        hits = self.search_vectors(self.encoder.encode_queries(unique), k)
-        by_query = dict(zip(unique, hits))
-        return [list(by_query[q]) for q in queries]
+        # Rollouts of one question often repeat a query: encode each distinct new string once.
+        with self._memory_lock:
+            known = {q: self._memory[(q, k)] for q in dict.fromkeys(queries) if (q, k) in self._memory}
+            for q in known:
+                self._memory.move_to_end((q, k))
+        new = [q for q in dict.fromkeys(queries) if q not in known]
+        found = dict(zip(new, self.search_vectors(self.encoder.encode_queries(new), k))) if new else {}
+        with self._memory_lock:
+            for q, hits in found.items():
+                self._memory[(q, k)] = hits
+            while len(self._memory) > QUERY_MEMORY:
+                self._memory.popitem(last=False)
+        return [list(known[q] if q in known else found[q]) for q in queries]
 
     def neighbours(self, texts: Sequence[str], k: int) -> list[list[Passage]]:
         """The k passages nearest to each of the index's own passages `texts` (found by their
