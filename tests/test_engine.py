@@ -259,3 +259,24 @@ def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prom
     assert all(all(lp == lp for lp in g.logprobs) for g in gens)  # no NaN log-prob
     scores = HFBackend(model, tokenizer).score(prompts, [g.token_ids for g in gens])
     assert max(abs(a - b) for g, s in zip(gens, scores) for a, b in zip(g.logprobs, s)) < TOLERANCE
+
+
+def test_prefix_cache_finds_the_longest_cached_prefix():
+    """Against brute force over every inserted sequence, with keys and values that name their token."""
+    rng = random.Random(8)
+    cache = PrefixCache(budget_tokens=10**6)
+    inserted: list[list[int]] = []
+    for _ in range(300):
+        ids = [rng.randrange(4) for _ in range(rng.randint(1, 14))]
+        if inserted and rng.random() < 0.5:  # often extend or branch off an earlier sequence
+            base = rng.choice(inserted)
+            ids = base[: rng.randint(0, len(base))] + ids
+        probe = [rng.randrange(4) for _ in range(rng.randint(1, 16))]
+        n, parts = cache.match(probe)
+        best = max((next((i for i, (a, b) in enumerate(zip(s, probe)) if a != b), min(len(s), len(probe)))
+                    for s in inserted), default=0)
+        assert n == best
+        if n:
+            assert torch.cat(parts, dim=2)[0, 0, :, 0].tolist() == probe[:n]
+        cache.insert(ids, lambda a, b, ids=ids: torch.tensor(ids[a:b], dtype=torch.float32).view(1, 1, -1, 1))
+        inserted.append(ids)

@@ -23,6 +23,21 @@ import torch
 KVSource = Callable[[int, int], torch.Tensor]
 
 
+def _shared(edge: tuple[int, ...], ids: tuple[int, ...], start: int, limit: int) -> int:
+    """How many leading tokens of `edge` equal ids[start:limit] (slice comparisons run in C)."""
+    n = min(len(edge), limit - start)
+    if edge[:n] == ids[start:start + n]:
+        return n
+    low, high = 0, n  # edge[:low] matches, edge[:high] does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if edge[low:middle] == ids[start + low:start + middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 class _Node:
     __slots__ = ("tokens", "kv", "children", "parent", "used")
 
@@ -55,15 +70,14 @@ class PrefixCache:
         """(n, parts): the first n <= limit ids are cached; `parts` are their keys and values in
         order (views, concatenated along the token axis they give n positions)."""
         limit = len(ids) if limit is None else min(limit, len(ids))
+        ids = tuple(ids)
         node, n, parts = self.root, 0, []
         while n < limit:
             child = node.children.get(ids[n])
             if child is None:
                 break
-            take = 0
             edge = child.tokens
-            while take < len(edge) and n + take < limit and edge[take] == ids[n + take]:
-                take += 1
+            take = _shared(edge, ids, n, limit)
             child.used = self.clock
             parts.append(child.kv if take == len(edge) else child.kv[:, :, :take])
             n += take
@@ -86,9 +100,7 @@ class PrefixCache:
                 self.tokens += len(leaf.tokens)
                 break
             edge = child.tokens
-            take = 0
-            while take < len(edge) and n + take < len(ids) and edge[take] == ids[n + take]:
-                take += 1
+            take = _shared(edge, ids, n, len(ids))
             child.used = self.clock
             if take < len(edge):
                 if n + take == len(ids):
