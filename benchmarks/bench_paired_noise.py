@@ -46,7 +46,7 @@ def main(model_a: str = "data/models/base", model_b: str = "data/models/teacher"
     start, records = time.perf_counter(), []
     with tempfile.TemporaryDirectory() as tmp:
         for label, model in (("a", model_a), ("b", model_b)):
-            backend = open_eval_backend(root / model)
+            backend = open_eval_backend(root / model, params.engine)
             for seed in SEEDS:
                 records.append(evaluate_system(dev, backend, retriever, cfg, RUNS, 32, Path(tmp) / f"{label}{seed}",
                                                seed, system=f"{label}{seed}", workflow="cascade",

@@ -225,6 +225,17 @@ class RolloutParams(_Strict):
     grouped_generation: bool = False
 
 
+class EngineParams(_Strict):
+    """The in-process generation engine on the CPU (pipeline.engine; docs/profile.md#the-engine).
+    It changes the floating-point sums of every rollout, never the sampled distribution beyond them."""
+
+    # linear layers, keys, values and attention in bfloat16; auto: where the CPU computes it natively
+    bf16: Bf16Setting
+    max_rows: int = Field(gt=0)  # rows decoding at once
+    prefill_tokens: int = Field(gt=0)  # new prompt tokens prefilled per step
+    prefix_cache_tokens: int = Field(ge=0)  # positions the prefix cache holds (0: off)
+
+
 class EvalParams(_Strict):
     rollout: RolloutParams
     shard_questions: int = Field(gt=0)  # questions per resumable shard (all 4 runs of each)
@@ -364,6 +375,7 @@ class ProfileParams(_Strict):
     tracking: TrackingParams
     data: DataParams
     index: IndexParams
+    engine: EngineParams
     eval: EvalParams
     validate_masks: MaskAuditParams
     train: TrainParams
@@ -383,6 +395,10 @@ class Params(_Strict):
     @property
     def index(self) -> IndexParams:
         return self.active.index
+
+    @property
+    def engine(self) -> EngineParams:
+        return self.active.engine
 
     @property
     def eval(self) -> EvalParams:

@@ -36,8 +36,8 @@ WORKFLOWS = ("cascade", "hierarchy")
 REFERENCE = "reference:"
 
 
-def open_model(model: Path, reference: bool):
-    return HFBackend(model) if reference else open_eval_backend(model)
+def open_model(model: Path, reference: bool, engine):
+    return HFBackend(model) if reference else open_eval_backend(model, engine)
 
 
 def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "cascade") -> None:
@@ -52,8 +52,9 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
     records = []
     for label, model, reference in models:
         start = time.perf_counter()
-        r = evaluate_system(dev, open_model(model, reference), retriever, cfg, RUNS, SHARD, out / label, SEED,
-                            system=label, workflow=workflow, progress=False).records
+        backend = open_model(model, reference, params.engine)
+        r = evaluate_system(dev, backend, retriever, cfg, RUNS, SHARD, out / label, SEED, system=label,
+                            workflow=workflow, progress=False).records
         records.append(r)
         source = f"{REFERENCE if reference else ''}{model}"
         print(f"{label} ({source}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "

@@ -67,9 +67,9 @@ def test_prefilling_after_a_shared_prefix_gives_the_same_next_token_distribution
     assert sum(a[0].token_ids == b[0].token_ids for a, b in zip(out, ref)) >= 13
 
 
-def test_the_switch_separates_stored_stage2_starts_and_keeps_old_ones_valid(monkeypatch):
-    """stage2_start's stored fingerprint: the same string as before the switch existed when it is
-    off, another one when it is on (a start sampled one way is not read by a run of the other)."""
+def test_the_switch_and_the_engine_separate_stored_stage2_starts(monkeypatch):
+    """stage2_start's stored fingerprint changes with the switch and with the engine's settings (a
+    start sampled one way is not read by a run of the other)."""
     import dataclasses
     from pathlib import Path
 
@@ -81,6 +81,7 @@ def test_the_switch_separates_stored_stage2_starts_and_keeps_old_ones_valid(monk
     dev = dev_settings(load_params(Path(__file__).resolve().parents[1] / "params.yaml", "tiny"))
     assert not dev.dev_rollout.grouped_generation and "grouped" not in repr(dev)
     on = dataclasses.replace(dev, dev_rollout=dataclasses.replace(dev.dev_rollout, grouped_generation=True))
-    off_print = stage2_start.start_fingerprint(Path("."), dev, ["q1"])
-    assert off_print == f"weights-{dev!r}"
-    assert stage2_start.start_fingerprint(Path("."), on, ["q1"]) != off_print
+    off_print = stage2_start.start_fingerprint(Path("."), dev, ["q1"], "engine")
+    assert off_print == f"weights-{dev!r}-engine"
+    assert stage2_start.start_fingerprint(Path("."), on, ["q1"], "engine") != off_print
+    assert stage2_start.start_fingerprint(Path("."), dev, ["q1"], "engine-bf16") != off_print

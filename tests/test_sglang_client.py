@@ -14,13 +14,17 @@ from fastapi.responses import PlainTextResponse
 
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
+from pipeline.engine.backend import EngineBackend
 from pipeline.errors import InputError
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.policy.model_ref import write_model_ref
 from pipeline.policy.sglang_backend import RetryPolicy, SGLangBackend, SGLangError
 from pipeline.stages import inputs as stage_inputs
+from tests.configs import PARAMS
 from tests.fake_sglang import FakeSGLangState, free_port, serve_app, serve_state
+
+ENGINE = PARAMS.engine
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
 FAST = RetryPolicy(attempts=4, backoff_s=0.01, max_backoff_s=0.05)
@@ -226,11 +230,12 @@ def test_ensure_weights_switches_only_when_another_folder_is_served(folders, ste
 def test_open_eval_backend_uses_sglang_when_the_url_is_set(folders, step1, prompts, monkeypatch):
     first, second = folders
     monkeypatch.delenv(stage_inputs.SGLANG_URL_ENV, raising=False)
-    assert isinstance(stage_inputs.open_eval_backend(first), HFBackend)
+    in_process = stage_inputs.open_eval_backend(first, ENGINE)
+    assert isinstance(in_process, EngineBackend) and isinstance(in_process, HFBackend)
     state = FakeSGLangState(HFBackend(first), model_path=str(first))
     with serve_state(state) as url:
         monkeypatch.setenv(stage_inputs.SGLANG_URL_ENV, url)
-        backend = stage_inputs.open_eval_backend(second)
+        backend = stage_inputs.open_eval_backend(second, ENGINE)
         assert isinstance(backend, SGLangBackend) and backend.url == url
         assert greedy_ids(backend, prompts) == greedy_ids(HFBackend(second), prompts)
     assert state.model_path == str(second)
@@ -239,4 +244,4 @@ def test_open_eval_backend_uses_sglang_when_the_url_is_set(folders, step1, promp
 def test_open_eval_backend_names_a_missing_model_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(stage_inputs.SGLANG_URL_ENV, "http://127.0.0.1:1")
     with pytest.raises(InputError, match="model folder missing"):
-        stage_inputs.open_eval_backend(tmp_path / "nothing")
+        stage_inputs.open_eval_backend(tmp_path / "nothing", ENGINE)

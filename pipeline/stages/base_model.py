@@ -68,7 +68,7 @@ def measure_behaviour(params: Params, root: Path, base_dir: Path, *, sampling_se
 
     dev = dev_sample(read_split(root, "dev"), params.base_model.behaviour_questions, params.eval.seed)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
-    return measure(open_policy(base_dir), open_retriever(root), dev, cfg,
+    return measure(open_policy(base_dir, params.engine), open_retriever(root), dev, cfg,
                    params.eval.seed if sampling_seed is None else sampling_seed)
 
 

@@ -171,18 +171,18 @@ STAGES: tuple[Stage, ...] = (
     Stage("base_model", "The base model every system starts from, and its behaviour on dev.",
           data=("data/validation/splits.json", "data/corpus", "data/splits", "data/index"),
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", f"{P}.base_model",
-                  f"{P}.eval.rollout", f"{P}.eval.seed"),
+                  f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.engine"),
           outs=("data/models/base", "data/metrics/base_behaviour.json")),
     Stage("validate_masks", "A base-model rollout of both workflows; Great Expectations on every token's mask.",
           data=("data/models/base", "data/index", "data/splits/dev.parquet"),
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates", f"{P}.validate_masks",
-                  f"{P}.eval.rollout"),
+                  f"{P}.eval.rollout", f"{P}.engine"),
           outs=("data/audit/base", {f"reports/{P}/data_docs/masks": {"persist": False}})),
     Stage("stage2_start", "What the five Stage-II runs share at step 0, computed once: the Teacher's dev Searcher "
           "contexts of the dev KL and the base model's step-0 dev metrics.",
           data=("data/splits/dev.parquet", "data/index", f"data/models/{BASE_WEIGHTS}", f"data/models/{TEACHER}"),
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", f"{P}.train.shared.dev_questions",
-                  f"{P}.eval.rollout", f"{P}.eval.seed"),
+                  f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.engine"),
           outs=("data/stage2_start",)),
     Stage("train", "Stage I (c_mas_rl, the Teacher) and Stage II (the others) from the base model. The last two "
           "deps are the Stage-I Teacher, which every Stage-II system reads (as its Teacher or for the dev KL "
@@ -193,7 +193,7 @@ STAGES: tuple[Stage, ...] = (
                 f"data/models/{BASE_WEIGHTS}", "data/models/${item.teacher}", "${item.start}"),
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates",
                   "common.protocol.eval_candidates", "common.rewards", "common.optim", f"{P}.train.shared",
-                  f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.train.systems.${{key}}"),
+                  f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.engine", f"{P}.train.systems.${{key}}"),
           outs=("data/models/${key}",),
           foreach={s.name: ({"teacher": TEACHER, "start": "data/stage2_start"} if s.workflow == "hierarchy" else
                             {"teacher": BASE_WEIGHTS, "start": "data/audit/base"}) for s in TRAINED},
@@ -201,7 +201,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("evaluate", "Each test question 4 times, 1 Answerer candidate; finished shards under "
           "data/eval/<system>/shards/ are resume state, not an output.",
           data=("data/splits/test.parquet", "data/index", "data/models/${item.weights}"),
-          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", "common.eval.runs", f"{P}.eval"),
+          params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.eval_candidates", "common.eval.runs", f"{P}.eval",
+                  f"{P}.engine"),
           outs=("data/eval/${key}/records.parquet",),
           foreach={s.name: {"weights": s.weights} for s in SYSTEMS}, arg="${key}"),
     Stage("report", "Tables, figures and metrics beside the published numbers; the records only, not the shards.",

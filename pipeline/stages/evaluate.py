@@ -11,7 +11,7 @@ from pipeline.config import Params, workflow_config
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir
 from pipeline.run_artifacts import KIND_TAG, link_weights
-from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split
+from pipeline.stages.inputs import engine_key, open_eval_backend, open_retriever, read_split
 from pipeline.systems import system
 from pipeline.tracking import flatten, stage_run
 
@@ -71,13 +71,14 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
                    tags=sys_.run_tags, root=root) as mlf:
         test_path = paths.split("test")
         questions = read_split(root, "test")
-        backend = open_eval_backend(model_dir)
+        backend = open_eval_backend(model_dir, params.engine)
         retriever = open_retriever(root)
         cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
         extra = {
             "model": model_fingerprint(model_dir), "test_split": _file_hash(test_path),
             "index": _file_hash(paths.index / "index.json"),
             "eval_params": hashlib.sha256(repr(sorted(flatten(eval_params).items())).encode()).hexdigest(),
+            "engine": engine_key(params.engine),
         }
         out_dir = eval_dir(root, system_name)
         result = evaluate_system(questions, backend, retriever, cfg, runs, params.eval.shard_questions, out_dir,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.config import EngineParams
 from pipeline.errors import InputError
 from pipeline.io import read_parquet
 from pipeline.paths import Paths
@@ -45,10 +46,25 @@ def require_model(model_dir: Path) -> None:
                          "train or build it first")
 
 
-def open_policy(model_dir: Path, max_batch_size: int = 256):
-    """A model folder as an in-process backend in float32: on the CPU the engine
-    (pipeline.engine, at most `max_batch_size` rows decoding at once), on a GPU the transformers
-    reference backend. What training updates, and what rolls out the base model's checks."""
+def engine_config(engine: EngineParams):
+    """The engine's settings of a profile, `auto` bf16 resolved on this CPU."""
+    from pipeline.engine.engine import EngineConfig
+    from pipeline.precision import resolve_bf16
+
+    return EngineConfig(max_rows=engine.max_rows, prefill_tokens=engine.prefill_tokens,
+                        prefix_cache_tokens=engine.prefix_cache_tokens, bf16=resolve_bf16(engine.bf16))
+
+
+def engine_key(engine: EngineParams) -> str:
+    """What the engine's settings change in a stage's outputs (its floating-point sums), for the
+    fingerprints that decide whether stored shards, checkpoints or a shared start are reused."""
+    return repr(engine_config(engine))
+
+
+def open_policy(model_dir: Path, engine: EngineParams):
+    """A model folder as an in-process backend with float32 weights: on the CPU the engine
+    (pipeline.engine, with the profile's `engine` settings), on a GPU the transformers reference
+    backend. What training updates, and what rolls out the base model's checks."""
     import torch
 
     from pipeline.policy.model_ref import resolve_model_dir
@@ -58,14 +74,13 @@ def open_policy(model_dir: Path, max_batch_size: int = 256):
     if torch.cuda.is_available():
         from pipeline.policy.hf_backend import HFBackend
 
-        return HFBackend(weights, device="cuda", max_batch_size=max_batch_size)
+        return HFBackend(weights, device="cuda")
     from pipeline.engine.backend import EngineBackend
-    from pipeline.engine.engine import EngineConfig
 
-    return EngineBackend(weights, config=EngineConfig(max_rows=max_batch_size))
+    return EngineBackend(weights, config=engine_config(engine))
 
 
-def open_eval_backend(model_dir: Path):
+def open_eval_backend(model_dir: Path, engine: EngineParams):
     """The evaluation's backend: in process (the engine on the CPU, bfloat16 transformers on the GPU
     when there is one), or, when
     $MAOPD_SGLANG_URL names a running SGLang server, that server, switched to the weights of
@@ -89,4 +104,4 @@ def open_eval_backend(model_dir: Path):
         return HFBackend(str(weights), device="cuda", dtype=torch.bfloat16)
     from pipeline.engine.backend import EngineBackend
 
-    return EngineBackend(str(weights))
+    return EngineBackend(str(weights), config=engine_config(engine))

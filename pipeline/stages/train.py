@@ -20,7 +20,7 @@ from pipeline.policy.hf_backend import save_hf_folder
 from pipeline.rl.checkpoint import find_latest, inputs_fingerprint
 from pipeline.rl.train_params import train_config
 from pipeline.rl.trainer import TrainInputs, checkpoint_fingerprint, train
-from pipeline.stages.inputs import open_policy, open_retriever, read_split, require_model
+from pipeline.stages.inputs import engine_key, open_policy, open_retriever, read_split, require_model
 from pipeline.stages.run_logging import log_training
 from pipeline.stages.stage2_start import read_stage2_start
 from pipeline.systems import BASE_WEIGHTS, TEACHER, trained_system
@@ -47,7 +47,8 @@ def run_train(params: Params, root: Path, name: str | None) -> dict:
     weights = [base] + ([model_dir(root, training.teacher)] if training.teacher else [])
     for folder in weights:
         require_model(folder)
-    fingerprint = inputs_fingerprint(weights, [train_questions["id"].tolist(), dev_questions["id"].tolist()])
+    fingerprint = inputs_fingerprint(weights, [train_questions["id"].tolist(), dev_questions["id"].tolist(),
+                                               [engine_key(params.engine)]])
     checkpoints = checkpoint_dir(root, target.weights)
     found = find_latest(checkpoints, checkpoint_fingerprint(cfg, fingerprint))
     logged = {"system": target.name, "shared": params.train.shared.model_dump(),
@@ -59,19 +60,20 @@ def run_train(params: Params, root: Path, name: str | None) -> dict:
         if found:
             curve.restore(found.history)
             mlf.set_tag("resumed_from_step", str(found.step))
-        teacher = open_policy(model_dir(root, training.teacher)) if training.teacher else None
+        teacher = open_policy(model_dir(root, training.teacher), params.engine) if training.teacher else None
         reference = None  # the Stage-I Teacher, for the dev KL diagnostic of every Stage-II system
         if target.workflow == "hierarchy":
-            reference = teacher if training.teacher == TEACHER else open_policy(model_dir(root, TEACHER))
+            reference = teacher if training.teacher == TEACHER else open_policy(model_dir(root, TEACHER), params.engine)
         inputs = TrainInputs(
-            policy=open_policy(base),
+            policy=open_policy(base, params.engine),
             retriever=open_retriever(root),
             train_questions=train_questions,
             dev_questions=dev_questions,
             teacher=teacher,
-            judge=open_policy(model_dir(root, training.judge)) if training.judge else None,
+            judge=open_policy(model_dir(root, training.judge), params.engine) if training.judge else None,
             reference=reference,
-            start=read_stage2_start(root, cfg.dev, dev_questions["id"].tolist()) if reference is not None else None,
+            start=read_stage2_start(root, cfg.dev, dev_questions["id"].tolist(), engine_key(params.engine))
+            if reference is not None else None,
             checkpoint_dir=checkpoints,
             audit_dir=audit_dir(root, target.name),
             inputs_fingerprint=fingerprint,

@@ -45,7 +45,7 @@ def run_validate_masks(params: Params, root: Path) -> dict:
     cfg_params = params.validate_masks
     with stage_run("validate_masks", params.profile, cfg_params.model_dump(), root=root) as mlf:
         dev = dev_sample(read_split(root, "dev"), cfg_params.questions, cfg_params.seed)
-        backend = open_policy(model_dir(root, BASE_WEIGHTS))
+        backend = open_policy(model_dir(root, BASE_WEIGHTS), params.engine)
         retriever = open_retriever(root)
         cfg = workflow_config(params, params.eval.rollout, params.common.protocol.train_candidates)
         samples, tokens = audit_rollout(backend, retriever, dev, cfg, cfg_params.trajectories, cfg_params.seed)
