@@ -215,7 +215,7 @@ def test_evaluate_stage_writes_records_and_one_mlflow_run(tmp_path, monkeypatch,
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"weights")
-    monkeypatch.setattr(eval_stages, "open_eval_backend", lambda path: FakeBackend(Script()))
+    monkeypatch.setattr(eval_stages, "open_eval_backend", lambda path, engine: FakeBackend(Script()))
     monkeypatch.setattr(eval_stages, "open_retriever", lambda root: FakeRetriever())
 
     summary = STAGES["evaluate"](params, root, "c_mas_base")

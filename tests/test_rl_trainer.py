@@ -231,7 +231,7 @@ def test_stage_wiring_trains_and_saves_the_system(tokenizer, tmp_path, monkeypat
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     monkeypatch.setattr(train_stage, "open_retriever", lambda root: FakeRetriever())
-    def scripted(path):
+    def scripted(path, engine=None):
         loaded = HFBackend(path)
         return ScriptedHFBackend(loaded.model, loaded.tokenizer)
 

@@ -132,7 +132,7 @@ def _run_team(root: Path, monkeypatch, die_after_checkpoint: int | None = None) 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
     monkeypatch.setattr(train_stages, "open_retriever", lambda root: FakeRetriever())
 
-    def scripted(path):
+    def scripted(path, engine=None):
         loaded = HFBackend(path)
         return ScriptedHFBackend(loaded.model, loaded.tokenizer)
 

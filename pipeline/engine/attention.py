@@ -56,9 +56,9 @@ class KVPool:
         self.kv[:, target, :, :length] = self.kv[:, source, :, :length]
         self._written(target, length)
 
-    def make_clean(self, rows: int, width: int) -> None:
-        """Zero what rows 0..rows-1 have never held below `width`."""
-        for row in range(rows):
+    def make_clean(self, rows: Sequence[int], width: int) -> None:
+        """Zero what `rows` have never held below `width`."""
+        for row in rows:
             if self.clean[row] < width:
                 self.kv[:, row, :, self.clean[row]:width] = 0
                 self.clean[row] = width
@@ -106,6 +106,7 @@ class PoolPrefill:
                 mask[j, 0, :n, :ends[i]] = _offset_causal(n, starts[i], torch.device("cpu"))
                 mask[j, 0, n:, 0] = True  # padded queries see one key (their output is dropped), never none
                 pool._written(rows[i][1], ends[i])
+            pool.make_clean(range(first, first + len(members)), width)  # the masked tail of shorter rows
             token_index = torch.from_numpy(np.concatenate(tokens)).to(device)
             row_index = torch.tensor([rows[i][1] for i, t in zip(members, tokens) for _ in t], device=device)
             self.groups.append((pool, first, len(members), new, width, token_index, row_index,
@@ -140,7 +141,7 @@ class PoolDecode:
         device = positions.device
         self.index = torch.arange(self.batch, device=device)
         self.mask = (torch.arange(self.width, device=device)[None, :] <= positions[:, None])[:, None, None, :]
-        pool.make_clean(self.batch, self.width)
+        pool.make_clean(range(self.batch), self.width)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         s = self.pool.shape
