@@ -45,13 +45,17 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _backend(kind: str, folder: Path, precision: str = "auto"):
+def _backend(kind: str, folder: Path, params, precision: str):
+    """The engine with the profile's settings (bf16 as the profile says, or float32 forced), or the
+    reference backend."""
     if kind == "engine":
-        from pipeline.engine.backend import EngineBackend
-        from pipeline.engine.engine import EngineConfig
-        from pipeline.precision import cpu_has_native_bf16
+        import dataclasses
 
-        return EngineBackend(folder, config=EngineConfig(bf16=precision == "auto" and cpu_has_native_bf16()))
+        from pipeline.engine.backend import EngineBackend
+        from pipeline.stages.inputs import engine_config
+
+        config = engine_config(params.engine)
+        return EngineBackend(folder, config=dataclasses.replace(config, bf16=config.bf16 and precision == "auto"))
     from pipeline.policy.hf_backend import HFBackend
 
     return HFBackend(folder)
@@ -77,7 +81,7 @@ def run_eval(root: Path, kind: str, system: str, precision: str, questions: int 
     params = load_params(root / "params.yaml", profile="tiny")
     target = system_named(system)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
-    backend = _backend(kind, target.model_dir(root), precision)
+    backend = _backend(kind, target.model_dir(root), params, precision)
     retriever = _retriever(root, precision)
     test = read_split(root, "test")
     test = test if questions is None else test.head(questions)
@@ -115,12 +119,12 @@ def run_train(root: Path, kind: str, system: str, precision: str, steps: int) ->
     target = trained_system(system)
     cfg = train_config(params, target.name)
     training = target.training
-    policy = _backend(kind, model_dir(root, "base"), precision)
+    policy = _backend(kind, model_dir(root, "base"), params, precision)
     inputs = trainer.TrainInputs(
         policy=policy, retriever=_retriever(root, precision), train_questions=read_split(root, "train"),
         dev_questions=read_split(root, "dev"),
-        teacher=_backend(kind, model_dir(root, training.teacher), precision) if training.teacher else None,
-        judge=_backend(kind, model_dir(root, training.judge), precision) if training.judge else None)
+        teacher=_backend(kind, model_dir(root, training.teacher), params, precision) if training.teacher else None,
+        judge=_backend(kind, model_dir(root, training.judge), params, precision) if training.judge else None)
     optimizer = trainer.make_optimizer(policy.model, cfg)
     times, collect, samples = [], [], 0
     for step in range(steps):
@@ -148,26 +152,42 @@ def _timed(fn) -> float:
     return time.perf_counter() - began
 
 
-def run_kernels(root: Path) -> dict:
+def run_kernels(root: Path, precision: str) -> dict:
+    """Decode steps and a packed prefill of the engine, in float32 and, where the CPU has it
+    natively and `precision` is auto, in bfloat16 (the engine's bf16 path)."""
     from benchmarks.machine_bound import machine_bounds, sequence_flops
-    from pipeline.engine.attention import KVPool, PoolDecode, PoolPrefill
-    from pipeline.engine.qwen3 import Qwen3Weights, forward_hidden, logits_of
     from pipeline.paths import model_dir
     from pipeline.policy.hf_backend import load_local_model
+    from pipeline.precision import cpu_has_native_bf16
 
     model, _ = load_local_model(model_dir(root, "base"))
-    weights = Qwen3Weights(model)
-    layers = weights.current()
-    shape = weights.shape
     bandwidth = memory_bandwidth()
     bounds = machine_bounds()
-    weight_bytes = sum(p.numel() for p in model.parameters()) * 4
-    out = {"bandwidth_gb_s": bandwidth / 1e9, "bounds_gflops": {k: v / 1e9 for k, v in bounds.items()}, "decode": []}
+    out = {"bandwidth_gb_s": bandwidth / 1e9, "bounds_gflops": {k: v / 1e9 for k, v in bounds.items()}, "paths": {}}
+    dtypes = [torch.float32] + ([torch.bfloat16] if precision == "auto" and cpu_has_native_bf16() else [])
+    for dtype in dtypes:
+        name = "bfloat16" if dtype == torch.bfloat16 else "float32"
+        out["paths"][name] = _kernels(model, dtype, bandwidth, bounds[name], sequence_flops)
+    return out
+
+
+def _kernels(model, dtype: torch.dtype, bandwidth: float, bound: float, sequence_flops) -> dict:
+    from pipeline.engine.attention import KVPool, PoolDecode, PoolPrefill
+    from pipeline.engine.qwen3 import MATMULS, Qwen3Weights, forward_hidden, logits_of
+
+    weights = Qwen3Weights(model, None if dtype == torch.float32 else dtype)
+    layers = weights.current()
+    shape = weights.shape
+    size = torch.tensor([], dtype=dtype).element_size()
+    weight_bytes = sum(getattr(w, k).numel() * getattr(w, k).element_size() for w in layers for k in MATMULS)
+    weight_bytes += 2 * weights.lm_head.numel() * 4  # the output layer and the embedding, float32
+    out = {"decode": []}
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for rows in (128, 256):
-            pool = KVPool(shape, rows, shape.max_positions, torch.float32, torch.device("cpu"))
+            pool = KVPool(shape, rows, shape.max_positions, dtype, torch.device("cpu"))
             pool.kv.normal_(generator=generator)
+            pool.clean = [shape.max_positions] * rows
             for context in (256, 512):
                 positions = torch.full((rows,), context - 1, dtype=torch.long)
                 ids = torch.randint(3, shape.vocab, (rows,), generator=generator)
@@ -177,12 +197,12 @@ def run_kernels(root: Path) -> dict:
 
                 step()
                 best = min(_timed(step) for _ in range(10))
-                read = rows * context * shape.kv_floats_per_token * 4 + weight_bytes
+                read = rows * context * shape.kv_floats_per_token * size + weight_bytes
                 out["decode"].append({"rows": rows, "context": context, "ms": 1e3 * best,
                                       "us_per_row": 1e6 * best / rows, "gb_s": read / best / 1e9,
                                       "share": read / best / bandwidth})
         prompts, length = 16, 256
-        pool = KVPool(shape, prompts, shape.max_positions, torch.float32, torch.device("cpu"))
+        pool = KVPool(shape, prompts, shape.max_positions, dtype, torch.device("cpu"))
         ids = torch.randint(3, shape.vocab, (prompts * length,), generator=generator)
         positions = torch.arange(length).repeat(prompts)
         rows = [(pool, row) for row in range(prompts)]
@@ -196,7 +216,7 @@ def run_kernels(root: Path) -> dict:
         best = min(_timed(prefill) for _ in range(5))
         flops = sequence_flops(model, [length] * prompts, [0] * prompts)
         out["prefill"] = {"tokens": prompts * length, "seconds": best, "tokens_per_s": prompts * length / best,
-                          "gflops": flops / best / 1e9, "share": flops / best / bounds["float32"]}
+                          "gflops": flops / best / 1e9, "share": flops / best / bound}
     return out
 
 
@@ -208,7 +228,7 @@ def one(args) -> None:
     elif args.part == "train":
         result = run_train(root, args.kind, args.system, args.precision, args.steps)
     else:
-        result = run_kernels(root)
+        result = run_kernels(root, args.precision)
     print(json.dumps(result | {"peak_rss_mb": peak_rss_mb()}))
 
 
@@ -249,13 +269,15 @@ def main() -> None:
             k = spawn(args, "kernels", "engine")
             print(f"kernels: memory read {k['bandwidth_gb_s']:.1f} GB/s; matmul bound "
                   + ", ".join(f"{n} {v:.0f} GFLOP/s" for n, v in k["bounds_gflops"].items()))
-            for d in k["decode"]:
-                print(f"  decode {d['rows']} rows x {d['context']} context: {d['ms']:.2f} ms, "
-                      f"{d['us_per_row']:.0f} us/row, reads {d['gb_s']:.1f} GB/s = "
-                      f"{100 * d['share']:.0f}% of bandwidth (target >= 50%)")
-            p = k["prefill"]
-            print(f"  prefill {p['tokens']} tokens (16 x 256): {p['tokens_per_s']:,.0f} tok/s, "
-                  f"{p['gflops']:.1f} GFLOP/s = {100 * p['share']:.0f}% of the float32 matmul bound (target >= 40%)")
+            for name, path in k["paths"].items():
+                for d in path["decode"]:
+                    print(f"  {name} decode {d['rows']} rows x {d['context']} context: {d['ms']:.2f} ms, "
+                          f"{d['us_per_row']:.0f} us/row, reads {d['gb_s']:.1f} GB/s = "
+                          f"{100 * d['share']:.0f}% of bandwidth (target >= 50%)")
+                p = path["prefill"]
+                print(f"  {name} prefill {p['tokens']} tokens (16 x 256): {p['tokens_per_s']:,.0f} tok/s, "
+                      f"{p['gflops']:.1f} GFLOP/s = {100 * p['share']:.0f}% of the {name} matmul bound "
+                      f"(target >= 40%)")
             print(f"  peak RSS {k['peak_rss_mb']:.0f} MB")
             continue
         ref = spawn(args, part, "reference")

@@ -53,7 +53,7 @@ REGION_CAPACITIES = (128, 192, 256, 384, 512, 768)
 @dataclass(frozen=True)
 class EngineConfig:
     max_rows: int = 256  # rows decoding at once
-    prefill_tokens: int = 4096  # new prompt tokens prefilled per step (at least one request)
+    prefill_tokens: int = 8192  # new prompt tokens prefilled per step (at least one request)
     prefix_cache_tokens: int = 65536  # positions the prefix cache holds (0: off)
     # admit only when at least this share of max_rows is free (or nothing runs): fewer, larger
     # prefill passes instead of one small pass per finished row
