@@ -186,7 +186,8 @@ def _kernels(model, dtype: torch.dtype, bandwidth: float, bound: float, sequence
     with torch.inference_mode():
         for rows in (128, 256):
             pool = KVPool(shape, rows, shape.max_positions, dtype, torch.device("cpu"))
-            pool.kv.normal_(generator=generator)
+            for index in range(len(pool.chunks)):
+                pool.chunk(index).normal_(generator=generator)
             pool.clean = [shape.max_positions] * rows
             for context in (256, 512):
                 positions = torch.full((rows,), context - 1, dtype=torch.long)

@@ -248,13 +248,16 @@ def test_packed_ppo_update_matches_the_padded_one(tokenizer):
     assert moved > 1e-4 and apart < 1e-3 * moved
 
 
-def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prompts):
-    """A decode step reads masked positions of shorter rows: they must hold finite numbers even when
-    the pool's fresh memory holds NaN (torch.empty gives whatever was there)."""
+def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prompts, monkeypatch):
+    """Prefill and decode read masked positions of shorter rows: they must hold finite numbers even
+    when the pool's fresh memory holds NaN (torch.empty gives whatever was there)."""
+    from pipeline.engine.attention import KVPool
+
+    fresh = KVPool._new_chunk
+    monkeypatch.setattr(KVPool, "_new_chunk", lambda self: fresh(self).fill_(float("nan")))
+    monkeypatch.setattr(KVPool, "CHUNK", 4)  # rows across several chunks, chunks dropped and made again
     params = seeded(len(prompts))
     backend = engine(model, tokenizer, max_rows=9)
-    for capacity in backend.engine.classes:  # every length region's pool
-        backend.engine._region(capacity).pool.kv.fill_(float("nan"))
     gens = [g[0] for g in backend.generate(prompts, params)]
     assert all(all(lp == lp for lp in g.logprobs) for g in gens)  # no NaN log-prob
     scores = HFBackend(model, tokenizer).score(prompts, [g.token_ids for g in gens])

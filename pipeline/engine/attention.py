@@ -4,7 +4,7 @@ pipeline.engine.qwen3.forward_hidden.
 - `PoolPrefill`: new prompt tokens of admitted rows, written into their rows of the KV pool after
   whatever cached prefix was copied there, each attending causally to its row.
 - `PoolDecode`: one token per running row (rows 0..B-1 of the pool, compact), written at its
-  position; one attention call per layer over the rows' filled positions.
+  position; one attention call per layer and pool chunk over its rows' filled positions.
 - `Segments`: packed sequences with no pool (teacher forcing, the trainer's packed pass): each
   segment attends to an optional cached prefix and causally within itself, or by an explicit mask
   (a shared prompt with several responses after it).
@@ -23,45 +23,84 @@ from pipeline.engine.qwen3 import Shape
 
 
 class KVPool:
-    """Keys and values of `rows` sequences of up to `capacity` positions each, one buffer
-    (2 x layers, rows, kv_heads, capacity, head_dim); a row's filled positions are 0..length-1.
-    Pages are touched only where rows are written, so unused capacity costs no memory.
+    """Keys and values of up to `rows` sequences of up to `capacity` positions each; a row's filled
+    positions are 0..length-1. Rows live in chunks of CHUNK rows, each one buffer (2 x layers,
+    CHUNK, kv_heads, capacity, head_dim) made when a row of it is first used and dropped when its
+    rows have been unused for a chunk (`release`), so memory follows the rows in use, not the
+    most ever used. A decode step attends chunk by chunk, each up to its own longest row.
 
-    A decode step reads every row up to the longest row's position, the rest masked; a masked
-    position must still hold a finite number (0 x NaN is NaN), so each row's positions are
+    A decode step reads every row of a chunk up to the chunk's longest row, the rest masked; a
+    masked position must still hold a finite number (0 x NaN is NaN), so each row's positions are
     zeroed once, up to what any step has read (`clean`), before they are first read."""
 
+    CHUNK = 32
+
     def __init__(self, shape: Shape, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
-        self.shape, self.rows, self.capacity = shape, rows, capacity
-        self.kv = torch.empty((2 * shape.layers, rows, shape.kv_heads, capacity, shape.head_dim),
-                              dtype=dtype, device=device)
+        self.shape, self.rows, self.capacity, self.dtype, self.device = shape, rows, capacity, dtype, device
+        self.chunks: list[torch.Tensor | None] = [None] * -(-rows // self.CHUNK)
         self.clean = [0] * rows  # positions 0..clean-1 of each row hold finite numbers
+
+    def _new_chunk(self) -> torch.Tensor:
+        s = self.shape
+        return torch.empty((2 * s.layers, self.CHUNK, s.kv_heads, self.capacity, s.head_dim),
+                           dtype=self.dtype, device=self.device)
+
+    def chunk(self, index: int) -> torch.Tensor:
+        if self.chunks[index] is None:
+            self.chunks[index] = self._new_chunk()
+        return self.chunks[index]
+
+    def locate(self, row: int) -> tuple[torch.Tensor, int]:
+        """The chunk holding `row` and the row's place in it."""
+        return self.chunk(row // self.CHUNK), row % self.CHUNK
+
+    def release(self, used: int) -> None:
+        """Drop the chunks above the one after the last of the `used` rows (one spare stays)."""
+        for index in range(-(-used // self.CHUNK) + 1, len(self.chunks)):
+            if self.chunks[index] is not None:
+                self.chunks[index] = None
+                for row in range(index * self.CHUNK, min((index + 1) * self.CHUNK, self.rows)):
+                    self.clean[row] = 0
 
     def _written(self, row: int, end: int) -> None:
         self.clean[row] = max(self.clean[row], end)
 
     def write(self, row: int, start: int, parts: Sequence[torch.Tensor]) -> int:
         """Copy cached keys and values `parts` into `row` from `start`; returns the end position."""
+        buffer, local = self.locate(row)
         for part in parts:
             end = start + part.shape[2]
-            self.kv[:, row, :, start:end] = part
+            buffer[:, local, :, start:end] = part
             start = end
         self._written(row, start)
         return start
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
-        return self.kv[:, row, :, start:end]
+        buffer, local = self.locate(row)
+        return buffer[:, local, :, start:end]
 
     def move(self, source: int, target: int, length: int) -> None:
-        self.kv[:, target, :, :length] = self.kv[:, source, :, :length]
+        (into, i), (out_of, j) = self.locate(target), self.locate(source)
+        into[:, i, :, :length] = out_of[:, j, :, :length]
         self._written(target, length)
 
     def make_clean(self, rows: Sequence[int], width: int) -> None:
         """Zero what `rows` have never held below `width`."""
         for row in rows:
             if self.clean[row] < width:
-                self.kv[:, row, :, self.clean[row]:width] = 0
+                buffer, local = self.locate(row)
+                buffer[:, local, :, self.clean[row]:width] = 0
                 self.clean[row] = width
+
+    def spans(self, first: int, count: int) -> list[tuple[torch.Tensor, int, int, int]]:
+        """Rows first..first+count-1 by chunk: (chunk, first local row, rows, offset into the range)."""
+        out, row = [], first
+        while row < first + count:
+            buffer, local = self.locate(row)
+            n = min(self.CHUNK - local, first + count - row)
+            out.append((buffer, local, n, row - first))
+            row += n
+        return out
 
 
 def _expand_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -77,23 +116,23 @@ def _offset_causal(new: int, start: int, device: torch.device) -> torch.Tensor:
 
 class PoolPrefill:
     """New prompt tokens of admitted rows, packed in admission order: each row's keys and values
-    are written after its cached prefix, and each pool's admitted rows (appended at its end, so
-    consecutive) attend in one call, their queries padded to the longest new part and masked
-    causally from each row's own start."""
+    are written after its cached prefix, and the admitted rows of each pool chunk (appended at the
+    pool's end, so consecutive) attend in one call, their queries padded to the longest new part
+    and masked causally from each row's own start."""
 
     def __init__(self, rows: list[tuple[KVPool, int]], starts: list[int], ends: list[int]):
-        device = rows[0][0].kv.device
+        device = rows[0][0].device
         offsets = np.cumsum([0] + [e - s for s, e in zip(starts, ends)])
-        by_pool: dict[int, list[int]] = {}
-        for i, (pool, _) in enumerate(rows):
-            by_pool.setdefault(id(pool), []).append(i)
+        by_chunk: dict[tuple[int, int], list[int]] = {}
+        for i, (pool, row) in enumerate(rows):
+            by_chunk.setdefault((id(pool), row // KVPool.CHUNK), []).append(i)
         self.total = int(offsets[-1])
         self.groups = []
-        for members in by_pool.values():
-            pool = rows[members[0]][0]
-            first = rows[members[0]][1]
-            if [rows[i][1] for i in members] != list(range(first, first + len(members))):
+        for members in by_chunk.values():
+            pool, row0 = rows[members[0]]
+            if [rows[i][1] for i in members] != list(range(row0, row0 + len(members))):
                 raise RuntimeError("PoolPrefill: a pool's admitted rows must be consecutive")
+            buffer, first = pool.locate(row0)
             new = max(ends[i] - starts[i] for i in members)
             width = max(ends[i] for i in members)
             tokens, cols, slots = [], [], []
@@ -106,18 +145,17 @@ class PoolPrefill:
                 mask[j, 0, :n, :ends[i]] = _offset_causal(n, starts[i], torch.device("cpu"))
                 mask[j, 0, n:, 0] = True  # padded queries see one key (their output is dropped), never none
                 pool._written(rows[i][1], ends[i])
-            pool.make_clean(range(first, first + len(members)), width)  # the masked tail of shorter rows
+            pool.make_clean([rows[i][1] for i in members], width)  # the masked tail of shorter rows
             token_index = torch.from_numpy(np.concatenate(tokens)).to(device)
-            row_index = torch.tensor([rows[i][1] for i, t in zip(members, tokens) for _ in t], device=device)
-            self.groups.append((pool, first, len(members), new, width, token_index, row_index,
+            row_index = torch.tensor([first + j for j, t in enumerate(tokens) for _ in t], device=device)
+            self.groups.append((pool.shape, buffer, first, len(members), new, width, token_index, row_index,
                                 torch.from_numpy(np.concatenate(cols)).to(device),
                                 torch.from_numpy(np.concatenate(slots)).to(device), mask.to(device)))
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = q.new_empty((self.total, q.shape[1] * q.shape[2]))
-        for pool, first, count, new, width, tokens, rows, cols, slots, mask in self.groups:
-            s = pool.shape
-            keys, values = pool.kv[2 * layer], pool.kv[2 * layer + 1]
+        for s, buffer, first, count, new, width, tokens, rows, cols, slots, mask in self.groups:
+            keys, values = buffer[2 * layer], buffer[2 * layer + 1]
             keys[rows, :, cols] = k[tokens]
             values[rows, :, cols] = v[tokens]
             padded = q.new_zeros((count * new, s.heads, s.head_dim))
@@ -132,27 +170,35 @@ class PoolPrefill:
 
 
 class PoolDecode:
-    """One new token for each of the pool's rows 0..B-1 at `positions` (B,)."""
+    """One new token for each of the pool's rows 0..B-1 at `positions` (B,): per chunk, written at
+    its position, then one attention call over the chunk's rows up to its longest row."""
 
     def __init__(self, pool: KVPool, positions: torch.Tensor):
-        self.pool, self.positions = pool, positions
+        self.shape = pool.shape
         self.batch = positions.shape[0]
-        self.width = int(positions.max()) + 1
+        self.parts = []
         device = positions.device
-        self.index = torch.arange(self.batch, device=device)
-        self.mask = (torch.arange(self.width, device=device)[None, :] <= positions[:, None])[:, None, None, :]
-        pool.make_clean(range(self.batch), self.width)
+        for buffer, local, n, offset in pool.spans(0, self.batch):
+            chunk_positions = positions[offset:offset + n]
+            width = int(chunk_positions.max()) + 1
+            pool.make_clean(range(offset, offset + n), width)
+            index = torch.arange(local, local + n, device=device)
+            mask = (torch.arange(width, device=device)[None, :] <= chunk_positions[:, None])[:, None, None, :]
+            self.parts.append((buffer, local, n, offset, width, index, chunk_positions, mask))
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        s = self.pool.shape
-        b, w = self.batch, self.width
-        keys, values = self.pool.kv[2 * layer], self.pool.kv[2 * layer + 1]
-        keys[self.index, :, self.positions] = k
-        values[self.index, :, self.positions] = v
-        # grouped-query heads ride in the query-length axis: (B, kv_heads, groups, d), no copy of keys
-        qg = q.view(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
-        attended = F.scaled_dot_product_attention(qg, keys[:b, :, :w], values[:b, :, :w], attn_mask=self.mask)
-        return attended.reshape(b, s.heads * s.head_dim)
+        s = self.shape
+        out = []
+        for buffer, local, n, offset, width, index, positions, mask in self.parts:
+            keys, values = buffer[2 * layer], buffer[2 * layer + 1]
+            keys[index, :, positions] = k[offset:offset + n]
+            values[index, :, positions] = v[offset:offset + n]
+            # grouped-query heads ride in the query-length axis: (n, kv_heads, groups, d), no copy of keys
+            qg = q[offset:offset + n].view(n, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
+            attended = F.scaled_dot_product_attention(qg, keys[local:local + n, :, :width],
+                                                      values[local:local + n, :, :width], attn_mask=mask)
+            out.append(attended.reshape(n, s.heads * s.head_dim))
+        return torch.cat(out) if len(out) > 1 else out[0]
 
 
 class RegionsDecode:

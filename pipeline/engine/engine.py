@@ -338,6 +338,7 @@ class Engine:
             region.running = [region.running[i] for i in order]
             region.lengths = [region.lengths[i] for i in order]
             region.pending = [region.pending[i] for i in order]
+            region.pool.release(len(region.running))
         return out
 
     def run(self) -> list[tuple[Hashable, Generation]]:
