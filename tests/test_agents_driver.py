@@ -5,8 +5,8 @@ evaluation's batches are handed back as each one finishes."""
 from __future__ import annotations
 
 import hashlib
+import heapq
 import re
-from collections import deque
 from types import SimpleNamespace
 
 import pytest
@@ -39,20 +39,21 @@ def varied(context: str, draw: int) -> str:
 
 class FakeEngine:
     """The engine's interface over a scripted backend: each request ends 1 to 3 steps after it is
-    admitted (by its text), at most `max_rows` at once, admitted in submission order."""
+    admitted (by its text), at most `max_rows` at once, admitted by priority, then submission order."""
 
     def __init__(self, backend: SeededBackend, max_rows: int):
         self.backend, self.config = backend, SimpleNamespace(max_rows=max_rows)
-        self.waiting: deque = deque()
+        self.waiting: list = []
         self.running: list = []
-        self.steps = 0
+        self.submitted = 0
 
-    def submit(self, key, prompt, max_new_tokens, *, temperature, top_p, stop, seed):
+    def submit(self, key, prompt, max_new_tokens, *, temperature, top_p, stop, seed, priority):
         params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 stop=tuple(stop), row_seeds=(seed,))
         gen = self.backend.generate([prompt], params)[0][0]
         delay = 1 + hashlib.sha256(gen.text.encode()).digest()[0] % 3
-        self.waiting.append([key, gen, delay])
+        heapq.heappush(self.waiting, (priority, self.submitted, [key, gen, delay]))
+        self.submitted += 1
 
     @property
     def idle(self) -> bool:
@@ -63,9 +64,8 @@ class FakeEngine:
         return len(self.waiting) + len(self.running)
 
     def step(self):
-        self.steps += 1
         while self.waiting and len(self.running) < self.config.max_rows:
-            self.running.append(self.waiting.popleft())
+            self.running.append(heapq.heappop(self.waiting)[2])
         for entry in self.running:
             entry[2] -= 1
         done = [(key, gen) for key, gen, left in self.running if left == 0]
@@ -112,10 +112,12 @@ def test_searches_wait_for_a_batch_while_the_engine_is_full():
 def test_batches_are_handed_back_as_they_finish():
     cfg = workflow_cfg(**BIG)
     batches = [(make_questions(2, f"d{i}"), 100 + i) for i in range(4)]
-    seen = []
-    rollouts = run_workflows("hierarchy", batches, EngineLike(varied, max_rows=6), FakeRetriever(), cfg, n_traj=2,
-                             on_rollout=lambda index, rollout: seen.append((index, len(rollout.trajectories))))
-    assert sorted(seen) == [(i, 4) for i in range(4)]
-    for (questions, seed), rollout in zip(batches, rollouts):
+    seen = {}
+    kept = run_workflows("hierarchy", batches, EngineLike(varied, max_rows=6), FakeRetriever(), cfg, n_traj=2,
+                         on_rollout=lambda index, rollout: seen.setdefault(index, rollout))
+    assert kept == [] and sorted(seen) == [0, 1, 2, 3]  # handed over, then let go
+    assert list(seen)[0] == 0 and list(seen)[-1] == 3  # earlier teams are admitted first: they end first
+    assert all(len(seen[i].trajectories) == 4 and seen[i].ticks > 0 for i in seen)
+    for (questions, seed), rollout in zip(batches, [seen[i] for i in range(4)]):
         alone = run_workflow("hierarchy", questions, SeededBackend(varied), FakeRetriever(), cfg, n_traj=2, seed=seed)
         assert summary(rollout) == summary(alone)  # each batch keeps its own seed

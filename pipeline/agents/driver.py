@@ -101,7 +101,7 @@ class EngineSink:
         self._requests[key] = request
         self.engine.submit(key, request.prompt_ids, request.max_new_tokens, temperature=self.cfg.temperature,
                            top_p=self.cfg.top_p, stop=STOP_TAGS,
-                           seed=entry_seed(request_seed(request.team, request), 0))
+                           seed=entry_seed(request_seed(request.team, request), 0), priority=(request.team.order,))
 
     @property
     def load(self) -> int:
@@ -134,9 +134,19 @@ class Driver:
         self.max_step = 0
 
     def run(self, teams: Sequence[Team]) -> None:
-        for team in teams:
+        self.start(teams)
+        self.drive()
+
+    def start(self, teams: Sequence[Team]) -> None:
+        """Submit every team's first step (the driver keeps no list of the teams: a finished team
+        is freed once its owner lets go of it)."""
+        for order, team in enumerate(teams):
+            team.order = order
             self.step_of[id(team)] = 0
             self._start(team)
+
+    def drive(self) -> None:
+        """Step until every started team has finished."""
         while any(self.outstanding.values()) or self.searches:
             ready: dict[int, Team] = {}  # in the order their steps' last requests came back
             for request, gen in self.sink.step():
@@ -187,7 +197,8 @@ class Driver:
         self.step_of[id(team)] = step + 1
         self.max_step = max(self.max_step, step + 1)
         if team.done:
-            self.outstanding[id(team)] = 0
+            for table in (self.step_of, self.outstanding, self.unsearched):
+                del table[id(team)]
             if self.on_done is not None:
                 self.on_done(team)
         else:

@@ -40,6 +40,7 @@ class Team:
     ) -> None:
         self.traj = trajectory
         self.seed = seed  # the rollout's sampling seed (pipeline.agents.driver.request_seed)
+        self.order = 0  # its place among the teams driven together: an engine admits earlier teams first
         self.cfg = cfg
         self.prompts = prompts
         self.backend = backend

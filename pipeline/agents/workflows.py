@@ -118,14 +118,18 @@ def run_workflows(
     on_rollout: Callable[[int, Rollout], None] | None = None,
 ) -> list[Rollout]:
     """One rollout per (questions, seed) of `batches`, all driven together: every team of every
-    batch shares one scheduler (pipeline.agents.driver). `on_rollout(index, rollout)` is called
-    as soon as every team of batch `index` has finished. A rollout's `generate_calls` and
-    `search_calls` count the whole drive's."""
+    batch shares one scheduler (pipeline.agents.driver). A rollout's `generate_calls` and
+    `search_calls` count the whole drive's.
+
+    Without `on_rollout`, returns the rollouts. With it, `on_rollout(index, rollout)` is called as
+    soon as every team of batch `index` has finished, and the rollout is then let go, so a long
+    evaluation holds the trajectories in flight, not all of them; the returned list is empty."""
     prompts = prompts or load_prompts()
     teams: list[Team] = []
-    rollouts: list[Rollout] = []
+    rollouts: list[Rollout | None] = []
     owner: dict[int, int] = {}
     left: list[int] = []
+    batch: list[Team] = []
     for index, (questions, seed) in enumerate(batches):
         batch = make_teams(workflow, questions, backend, cfg, n_traj, seed, prompts)
         rollouts.append(Rollout(workflow, cfg, seed, prompts.version, [t.traj for t in batch]))
@@ -136,15 +140,20 @@ def run_workflows(
     driver: Driver
 
     def done(team: Team) -> None:
-        index = owner[id(team)]
+        index = owner.pop(id(team))
         left[index] -= 1
         if left[index] == 0:
             _count(rollouts[index], sink, driver)
             if on_rollout is not None:
                 on_rollout(index, rollouts[index])
+                rollouts[index] = None
 
     driver = Driver(sink, retriever, cfg, backend, on_done=done)
-    driver.run(teams)
+    driver.start(teams)
+    del teams, batch  # the finished teams go with their rollouts
+    driver.drive()
+    if on_rollout is not None:
+        return []
     for rollout in rollouts:
         _count(rollout, sink, driver)
     return rollouts

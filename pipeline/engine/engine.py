@@ -1,7 +1,8 @@
 """The generation engine: a step-synchronous scheduler with continuous batching over a KV pool.
 
-Requests (prompt ids, token budget, stop strings, sampling seed) wait in submission order. Each
-`step()`:
+Requests (prompt ids, token budget, stop strings, sampling seed) wait by priority, then in
+submission order (a rollout gives each team's requests the team's place, so earlier teams run
+to their end first and their trajectories are handed back and freed early). Each `step()`:
 
   1. admits waiting requests into free rows, in order, while the step's prefill budget lasts
      (at least one); each copies its longest cached prefix from the prefix cache into its row and
@@ -25,7 +26,7 @@ in the cache: the 4 runs of a question, the 5 candidates of an Answerer.
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -128,20 +129,25 @@ class Engine:
         self.classes = sorted({c for c in REGION_CAPACITIES if c < self.capacity} | {self.capacity})
         self.regions: dict[int, Region] = {}  # by capacity, made when first needed
         self._version: tuple | None = None
-        self.waiting: deque[Request] = deque()
+        self.waiting: list[tuple[tuple, int, Request]] = []  # a heap: (priority, submission number, request)
+        self._submitted = 0
         self._checkers: dict[tuple[str, ...], StopStringChecker] = {}
 
     # -- submission --------------------------------------------------------------------------
 
     def submit(self, key: Hashable, prompt: Sequence[int], max_new_tokens: int, *, temperature: float = 1.0,
-               top_p: float = 1.0, stop: Sequence[str] = (), seed: int | None = None) -> None:
+               top_p: float = 1.0, stop: Sequence[str] = (), seed: int | None = None,
+               priority: tuple = ()) -> None:
+        """Queue a request; waiting requests are admitted by `priority`, then in submission order."""
         if max_new_tokens < 1 or max_new_tokens >= self.capacity:
             raise InputError(f"max_new_tokens: expected 1..{self.capacity - 1}, got {max_new_tokens}")
         if not prompt:
             raise InputError(f"request {key!r}: expected a prompt of at least one token")
         prompt = list(prompt)[-(self.capacity - max_new_tokens):]
-        self.waiting.append(Request(key, prompt, max_new_tokens, float(temperature), float(top_p),
-                                    tuple(s for s in stop if s), seed))
+        request = Request(key, prompt, max_new_tokens, float(temperature), float(top_p),
+                          tuple(s for s in stop if s), seed)
+        heapq.heappush(self.waiting, (tuple(priority), self._submitted, request))
+        self._submitted += 1
 
     @property
     def running(self) -> int:
@@ -200,26 +206,27 @@ class Engine:
         if self.running and free < self.config.admit_free_share * self.config.max_rows:
             return []
         picked: list[tuple[Request, int, list[torch.Tensor]]] = []
-        deferred: list[Request] = []
+        deferred: list[tuple[tuple, int, Request]] = []
         budget = self.config.prefill_tokens
         starts: set[tuple[int, ...]] = set()  # the uncached starts this round computes
         scanned = 0
         while self.waiting and len(picked) < free and scanned < SCAN_FACTOR * free:
             scanned += 1
-            request = self.waiting[0]
+            request = self.waiting[0][2]
             cached, parts = self.cache.match(request.prompt, limit=len(request.prompt) - 1)
             new = len(request.prompt) - cached
             head = tuple(request.prompt[cached:cached + MIN_SHARED])
             if self.cache.budget and len(head) == MIN_SHARED and head in starts:
-                deferred.append(self.waiting.popleft())  # next round finds this start cached
+                deferred.append(heapq.heappop(self.waiting))  # next round finds this start cached
                 continue
             if picked and new > budget:
                 break
-            self.waiting.popleft()
+            heapq.heappop(self.waiting)
             budget -= new
             starts.add(head)
             picked.append((request, cached, parts))
-        self.waiting.extendleft(reversed(deferred))
+        for entry in deferred:
+            heapq.heappush(self.waiting, entry)
         if not picked:
             return []
         rows: list[Row] = []
