@@ -196,10 +196,10 @@ def test_prefix_cache_match_insert_split_evict():
     cache = PrefixCache(budget_tokens=12)
     cache.insert([1, 2, 3, 4, 5], kv)
     n, parts = cache.match([1, 2, 3, 9])
-    assert n == 3 and torch.cat(parts, dim=2)[0, 0, :, 0].tolist() == [0, 1, 2]
+    assert n == 3 and cache.gather(parts)[0, 0, :, 0].tolist() == [0, 1, 2]
     cache.insert([1, 2, 7, 8], lambda a, b: kv(a, b) + 100)  # splits the first edge after [1, 2]
     n, parts = cache.match([1, 2, 7, 8, 9])
-    assert n == 4 and torch.cat(parts, dim=2)[0, 0, :, 0].tolist() == [0, 1, 102, 103]
+    assert n == 4 and cache.gather(parts)[0, 0, :, 0].tolist() == [0, 1, 102, 103]
     assert cache.match([1, 2, 3, 4, 5], limit=4)[0] == 4 and cache.tokens == 7
     cache.tick()
     cache.match([1, 2, 7])  # [1, 2, 7, 8] is now the most recently used
@@ -280,6 +280,6 @@ def test_prefix_cache_finds_the_longest_cached_prefix():
                     for s in inserted), default=0)
         assert n == best
         if n:
-            assert torch.cat(parts, dim=2)[0, 0, :, 0].tolist() == probe[:n]
+            assert cache.gather(parts)[0, 0, :, 0].tolist() == probe[:n]
         cache.insert(ids, lambda a, b, ids=ids: torch.tensor(ids[a:b], dtype=torch.float32).view(1, 1, -1, 1))
         inserted.append(ids)

@@ -55,7 +55,8 @@ class KVPool:
         return self.chunk(row // self.CHUNK), row % self.CHUNK
 
     def release(self, used: int) -> None:
-        """Drop the chunks above the one after the last of the `used` rows (one spare stays)."""
+        """Drop the chunks above the one after the last of the `used` rows (one spare stays, so
+        a region hovering at a chunk's edge does not make and drop it every step)."""
         for index in range(-(-used // self.CHUNK) + 1, len(self.chunks)):
             if self.chunks[index] is not None:
                 self.chunks[index] = None

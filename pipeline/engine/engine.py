@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from pipeline.engine.attention import KVPool, PoolPrefill, RegionsDecode
+from pipeline.engine.memory import give_back
 from pipeline.engine.prefix_cache import PrefixCache
 from pipeline.engine.qwen3 import Qwen3Weights, forward_hidden, logits_of
 from pipeline.errors import InputError
@@ -46,6 +47,8 @@ from pipeline.policy.stopping import StopStringChecker
 MIN_SHARED = 16
 # An admission round looks at most this many waiting requests per free row.
 SCAN_FACTOR = 4
+# Steps between handing freed memory back to the system (pipeline.engine.memory).
+GIVE_BACK_EVERY = 64
 # Rows are kept in regions by the positions their request can reach (prompt + token budget), so
 # a decode step reads each region's keys only up to its own longest row (docs/profile.md#the-engine).
 REGION_CAPACITIES = (128, 192, 256, 384, 512, 768)
@@ -176,6 +179,8 @@ class Engine:
             out = self._finish(self._ended(self._admit(layers)))
             if self.running:
                 out += self._finish(self._decode(layers))
+        if self.stats.steps % GIVE_BACK_EVERY == 0 or self.idle:
+            give_back()
         return out
 
     def check_weights(self) -> None:
@@ -237,7 +242,7 @@ class Engine:
             region.running.append(request)
             region.lengths.append(len(request.prompt))
             region.pending.append(0)
-            region.pool.write(row, 0, parts)
+            region.pool.write(row, 0, [self.cache.gather(parts)] if parts else [])
             rows.append((region, row))
             begin.append(cached)
             end.append(len(request.prompt))

@@ -3,10 +3,12 @@
 Prompts of a rollout repeat each other's starts: a workflow's next turn is its last context plus
 what came back, the runs of one question share their first prompts, every prompt of a role
 starts with the role's instructions, an Answerer's candidates share one prompt. Each edge of the
-tree holds a run of token ids and their keys and values, (2 x layers, kv_heads, tokens,
-head_dim), computed once; a new request copies its longest cached prefix into its row and
-prefills only the rest. Copying a position costs a few kilobytes of memory traffic; computing it
-costs a forward pass.
+tree holds a run of token ids and the slots of their keys and values in one preallocated slab,
+(2 x layers, kv_heads, budget, head_dim), computed once; a new request copies its longest cached
+prefix into its row and prefills only the rest. Copying a position costs a few kilobytes of
+memory traffic; computing it costs a forward pass. The slab is one allocation of fixed size, so
+the cache never scatters small long-lived tensors through the heap (which kept a stage's memory
+from being returned as it ran).
 
 Eviction is least-recently-used over leaves, by a step clock (never wall time), so what is cached,
 and hence what a run computes, is the same on every run. Cached values belong to one version of
@@ -39,10 +41,10 @@ def _shared(edge: tuple[int, ...], ids: tuple[int, ...], start: int, limit: int)
 
 
 class _Node:
-    __slots__ = ("tokens", "kv", "children", "parent", "used")
+    __slots__ = ("tokens", "slots", "children", "parent", "used")
 
-    def __init__(self, tokens: tuple[int, ...], kv: torch.Tensor | None, parent: _Node | None, used: int):
-        self.tokens, self.kv, self.parent, self.used = tokens, kv, parent, used
+    def __init__(self, tokens: tuple[int, ...], slots: torch.Tensor | None, parent: _Node | None, used: int):
+        self.tokens, self.slots, self.parent, self.used = tokens, slots, parent, used
         self.children: dict[int, _Node] = {}
 
 
@@ -54,21 +56,22 @@ class PrefixCache:
         if budget_tokens < 0:
             raise ValueError(f"budget_tokens: expected >= 0, got {budget_tokens}")
         self.budget = budget_tokens
-        self.root = _Node((), None, None, 0)
-        self.tokens = 0  # positions held
+        self.slab: torch.Tensor | None = None  # made at the first insertion, in its values' shape
+        self.clear()
         self.clock = 0
 
     def clear(self) -> None:
         self.root = _Node((), None, None, 0)
-        self.tokens = 0
+        self.tokens = 0  # positions held
+        self.free = list(range(self.budget - 1, -1, -1))  # free slots, taken from the end
 
     def tick(self) -> None:
         """One scheduler step has passed (the LRU clock)."""
         self.clock += 1
 
     def match(self, ids: Sequence[int], limit: int | None = None) -> tuple[int, list[torch.Tensor]]:
-        """(n, parts): the first n <= limit ids are cached; `parts` are their keys and values in
-        order (views, concatenated along the token axis they give n positions)."""
+        """(n, parts): the first n <= limit ids are cached; `parts` are their slots in order (`gather`
+        gives their keys and values)."""
         limit = len(ids) if limit is None else min(limit, len(ids))
         ids = tuple(ids)
         node, n, parts = self.root, 0, []
@@ -79,12 +82,16 @@ class PrefixCache:
             edge = child.tokens
             take = _shared(edge, ids, n, limit)
             child.used = self.clock
-            parts.append(child.kv if take == len(edge) else child.kv[:, :, :take])
+            parts.append(child.slots if take == len(edge) else child.slots[:take])
             n += take
             if take < len(edge):
                 break
             node = child
         return n, parts
+
+    def gather(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Keys and values of matched `parts`, (2 x layers, kv_heads, positions, head_dim)."""
+        return self.slab.index_select(2, torch.cat(list(parts)) if len(parts) > 1 else parts[0])
 
     def insert(self, ids: Sequence[int], source: KVSource) -> None:
         """Cache `ids`; keys and values of the positions not yet cached come from `source`."""
@@ -95,50 +102,68 @@ class PrefixCache:
         while n < len(ids):
             child = node.children.get(ids[n])
             if child is None:
-                leaf = _Node(ids[n:], source(n, len(ids)).clone(), node, self.clock)
-                node.children[ids[n]] = leaf
-                self.tokens += len(leaf.tokens)
-                break
+                self._add_leaf(node, ids[n:], n, source)
+                return
             edge = child.tokens
             take = _shared(edge, ids, n, len(ids))
             child.used = self.clock
             if take < len(edge):
                 if n + take == len(ids):
-                    break  # the ids end inside this edge: all cached already
+                    return  # the ids end inside this edge: all cached already
                 self._split(child, take)
             node, n = child, n + take
-        self._evict()
+
+    def _add_leaf(self, parent: _Node, tokens: tuple[int, ...], start: int, source: KVSource) -> None:
+        size = min(len(tokens), self.budget)  # a run longer than the whole cache keeps its start
+        if len(self.free) < size:
+            self._evict(size, keep=parent)
+        if len(self.free) < size:
+            return  # everything left is on the path being extended
+        values = source(start, start + size)
+        if self.slab is None:
+            shape = list(values.shape)
+            shape[2] = self.budget
+            self.slab = values.new_empty(shape)
+        slots = torch.tensor(self.free[-size:][::-1], dtype=torch.long, device=self.slab.device)
+        del self.free[-size:]
+        self.slab.index_copy_(2, slots, values)
+        parent.children[tokens[0]] = _Node(tokens[:size], slots, parent, self.clock)
+        self.tokens += size
 
     def _split(self, node: _Node, at: int) -> None:
         """Cut `node`'s edge after `at` tokens: node keeps the head, a new child the tail."""
-        tail = _Node(node.tokens[at:], node.kv[:, :, at:].clone(), node, node.used)
+        tail = _Node(node.tokens[at:], node.slots[at:], node, node.used)
         tail.children = node.children
         for grandchild in tail.children.values():
             grandchild.parent = tail
-        node.tokens, node.kv = node.tokens[:at], node.kv[:, :, :at].clone()
+        node.tokens, node.slots = node.tokens[:at], node.slots[:at]
         node.children = {tail.tokens[0]: tail}
 
-    def _evict(self) -> None:
-        """Drop least-recently-used leaves until at most the budget is held (ties: older insertion
-        order, by the tree walk, so eviction is deterministic)."""
-        if self.tokens <= self.budget:
-            return
-        target = self.budget * 9 // 10  # some slack, so eviction runs every few inserts, not every one
+    def _evict(self, wanted: int, keep: _Node) -> None:
+        """Free least-recently-used leaves (ties: tree-walk order, so eviction is deterministic) until
+        `wanted` slots are free and a tenth of the budget besides, never `keep` or its ancestors."""
+        protected = set()
+        node = keep
+        while node is not None:
+            protected.add(id(node))
+            node = node.parent
+        target = min(self.budget, wanted + self.budget // 10)
         leaves = []
         stack = [self.root]
         while stack:
             node = stack.pop()
-            if node is not self.root and not node.children:
+            if node is not self.root and not node.children and id(node) not in protected:
                 leaves.append(node)
             stack.extend(node.children.values())
         leaves.sort(key=lambda leaf: leaf.used)
         queue = list(leaves)
-        while self.tokens > target and queue:
+        while len(self.free) < target and queue:
             leaf = queue.pop(0)
             parent = leaf.parent
             del parent.children[leaf.tokens[0]]
+            self.free.extend(leaf.slots.tolist())
             self.tokens -= len(leaf.tokens)
-            if parent is not self.root and not parent.children:
+            if parent is not self.root and not parent.children and id(parent) not in protected:
                 # the parent became a leaf; it goes in the queue at its place by recency
                 position = 0
                 while position < len(queue) and queue[position].used <= parent.used:

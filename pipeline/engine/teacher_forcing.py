@@ -64,7 +64,7 @@ def _score_pass(weights, layers, cache, prompts, responses, picked, temperature,
         n = len(full) - cached
         ids.extend(full[cached:])
         positions.extend(range(cached, len(full)))
-        segments.append(Segment(n, prefix=parts or None))
+        segments.append(Segment(n, prefix=[cache.gather(parts)] if parts else None))
         # position t predicts token t + 1: response token j (at len(prompt) + j) from position len(prompt) + j - 1
         first = len(prompts[i]) - 1 - cached
         wanted.extend(range(offset + first, offset + first + len(responses[i])))

@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 from pipeline.agents import run_workflow
 from pipeline.code_version import code_version
 from pipeline.data.dev_sample import dev_sample
+from pipeline.engine.memory import give_back
 from pipeline.engine.packed import group_by_prompt, packed_logprobs, token_budget_parts
 from pipeline.errors import InputError
 from pipeline.eval.scoring import score_rollout
@@ -377,6 +378,7 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
         if inputs.audit_dir is not None and step % cfg.audit_every == 0:
             write_audit(inputs.audit_dir, step, batch.samples, batch.tokens, policy.decode)
         update = ppo_update(model, optimizer, policy, batch, cfg, _seed(cfg.seed, step, 2))
+        give_back()  # the pass's activations, freed, back to the system (pipeline.engine.memory)
         seconds = time.perf_counter() - began
         metrics = {**batch_metrics(batch, trained_system(cfg.system), cfg.tie_on), **update,
                    "tokens_per_second": batch.generated_tokens / seconds, "step_seconds": seconds}
