@@ -2,11 +2,12 @@
 profile, on the checkout's own data and models, split into phases.
 
     .venv/bin/python -m benchmarks.profile_loop [--root DIR] [--system multiagent_opd] [--questions 32]
-        [--backend engine|reference] [--grouped-generation on|off]
+        [--backend engine|engine-bf16|reference] [--grouped-generation on|off]
 
-`--backend engine` (the default) profiles the engine (pipeline.engine: admission and prefill,
-decode steps, sampling, stop strings, finishing rows); `reference` the transformers backend with
-lock-step ticks (grouped generation applies to it only).
+`--backend engine` (the default) profiles the engine in float32 (pipeline.engine: admission and
+prefill, decode steps, sampling, stop strings, finishing rows), `engine-bf16` its bfloat16 path
+(the default where the CPU has bf16 natively); `reference` the transformers backend with lock-step
+ticks (grouped generation applies to it only).
 
 Needs a checkout where `make repro` ran at least up to the system's training (data/splits,
 data/index, data/models/{base,c_mas_rl,<system>}). Prints one table per part: wall seconds of
