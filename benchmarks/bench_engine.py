@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -38,8 +37,9 @@ from pathlib import Path
 
 import torch
 
-# oneDNN's kernel cache as `python -m pipeline` caps it (pipeline/__main__.py), before any matmul
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+from pipeline.engine.memory import cap_kernel_cache
+
+cap_kernel_cache()  # as `python -m pipeline` does, before any matmul
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"eval": 5.0, "train": 2.5}
 

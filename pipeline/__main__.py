@@ -1,11 +1,9 @@
-import os
 import sys
 
-# oneDNN keeps a compiled kernel for every matmul shape it has seen (1,024 by default); the engine's
-# row counts change every step, and those kernels grew a stage's memory by 0.3-0.5 GB
-# (docs/profile.md#memory). Read when the first bfloat16 matmul runs, so setting it here is in time.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+from pipeline.engine.memory import cap_kernel_cache
 
-from pipeline.cli import main
+cap_kernel_cache()  # before the first bfloat16 matmul (docs/profile.md#memory)
+
+from pipeline.cli import main  # noqa: E402
 
 sys.exit(main())

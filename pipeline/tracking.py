@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.draw_identity import draw_tags
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
@@ -235,7 +237,8 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
             attempt, logged = 1, {}
         try:
             pid = os.getpid()
-            mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root), **(tags or {}),
+            mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root),
+                             **draw_tags(root or REPO_ROOT, profile), **(tags or {}),
                              ATTEMPT_TAG: str(attempt), HOST_TAG: socket.gethostname(), PID_TAG: str(pid),
                              PID_STARTED_TAG: process_started(pid)})
             if params:

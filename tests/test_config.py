@@ -29,11 +29,28 @@ def test_every_profile_of_the_committed_params_loads(profile):
     assert sum(params.data.test_quotas.values()) > 0
 
 
+PAPER_TEST_QUOTAS = {"nq": 812, "triviaqa": 812, "popqa": 812, "hotpotqa": 813, "2wiki": 813, "musique": 813,
+                     "bamboogle": 125}
+
+
+@pytest.mark.parametrize("profile", ["paper", "tiny"])
+def test_paper_and_tiny_profiles_draw_the_papers_test_set(profile):
+    params = load_params(REPO_ROOT / "params.yaml", profile=profile)
+    assert params.data.test_quotas == PAPER_TEST_QUOTAS
+    assert sum(params.data.test_quotas.values()) == 5000
+    assert params.data.seed == 20260728
+    assert params.common.eval.runs == 4
+
+
+def test_tiny_world_pools_leave_room_for_dedup():
+    params = load_params(REPO_ROOT / "params.yaml", profile="tiny")
+    pools = params.data.world["test_questions"]
+    for dataset, quota in params.data.test_quotas.items():
+        assert pools[dataset] >= quota * 1.04, dataset
+
+
 def test_paper_profile_keeps_the_paper_numbers():
     params = load_params(REPO_ROOT / "params.yaml", profile="paper")
-    assert params.data.test_quotas == {
-        "nq": 812, "triviaqa": 812, "popqa": 812, "hotpotqa": 813, "2wiki": 813, "musique": 813, "bamboogle": 125,
-    }
     assert params.data.seed == 20260728
     assert params.common.eval.bootstrap_seed == 20260912
 

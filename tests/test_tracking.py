@@ -5,6 +5,7 @@ resumed stage)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,7 +14,7 @@ import sys
 import mlflow
 import pytest
 
-from pipeline.tracking import CurveLogger, process_started, stage_run
+from pipeline.tracking import REPO_ROOT, CurveLogger, process_started, stage_run
 
 
 def test_curve_logger_sends_every_step_in_batches(tmp_path, monkeypatch):
@@ -152,3 +153,16 @@ def test_curve_logger_restores_only_the_points_the_run_lacks(tmp_path, monkeypat
     client = _client(tmp_path)
     assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "dev_em")) == [(0, 0.1), (2, 0.2)]
     assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "pg_loss")) == [(0, 0.5), (1, 0.4)]
+
+
+def test_every_stage_run_carries_its_draw_as_tags(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (tmp_path / "configs").mkdir()
+    shutil.copy(REPO_ROOT / "configs/seed_sets.yaml", tmp_path / "configs/seed_sets.yaml")
+    shutil.copy(REPO_ROOT / "params.yaml", tmp_path / "params.yaml")
+    with stage_run("splits", "tiny", root=tmp_path) as mlf:
+        run_id = mlf.active_run().info.run_id
+    tags = _client(tmp_path).get_run(run_id).data.tags
+    assert tags["draw.seed_set"] == "A"
+    assert tags["draw.precision"] in {"bf16", "float32"}
+    assert tags["draw.cpu"] not in ("", "unknown")

@@ -133,10 +133,6 @@ class Driver:
         self.search_calls = 0
         self.max_step = 0
 
-    def run(self, teams: Sequence[Team]) -> None:
-        self.start(teams)
-        self.drive()
-
     def start(self, teams: Sequence[Team]) -> None:
         """Submit every team's first step (the driver keeps no list of the teams: a finished team
         is freed once its owner lets go of it)."""

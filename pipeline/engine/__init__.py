@@ -7,5 +7,6 @@ cache, and Qwen3's forward pass over packed tokens (docs/design.md#the-engine).
 - engine.py: the scheduler (admission, prefill, decode, stop, finish);
 - teacher_forcing.py: scoring packed (prompt, response) pairs through the prefix cache;
 - packed.py: the trainer's packed forward pass with gradients;
-- backend.py: EngineBackend, the PolicyBackend the stages open on the CPU.
+- backend.py: EngineBackend, the PolicyBackend the stages open on the CPU;
+- memory.py: freed memory handed back to the system, oneDNN's kernel cache capped.
 """

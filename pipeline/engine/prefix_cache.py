@@ -62,8 +62,12 @@ class PrefixCache:
 
     def clear(self) -> None:
         self.root = _Node((), None, None, 0)
-        self.tokens = 0  # positions held
         self.free = list(range(self.budget - 1, -1, -1))  # free slots, taken from the end
+
+    @property
+    def tokens(self) -> int:
+        """Positions held."""
+        return self.budget - len(self.free)
 
     def tick(self) -> None:
         """One scheduler step has passed (the LRU clock)."""
@@ -128,7 +132,6 @@ class PrefixCache:
         del self.free[-size:]
         self.slab.index_copy_(2, slots, values)
         parent.children[tokens[0]] = _Node(tokens[:size], slots, parent, self.clock)
-        self.tokens += size
 
     def _split(self, node: _Node, at: int) -> None:
         """Cut `node`'s edge after `at` tokens: node keeps the head, a new child the tail."""
@@ -162,7 +165,6 @@ class PrefixCache:
             parent = leaf.parent
             del parent.children[leaf.tokens[0]]
             self.free.extend(leaf.slots.tolist())
-            self.tokens -= len(leaf.tokens)
             if parent is not self.root and not parent.children and id(parent) not in protected:
                 # the parent became a leaf; it goes in the queue at its place by recency
                 position = 0
