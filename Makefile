@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup repro lint test test-fast bench clean-venv prefect-up prefect-down mlflow-ui browser-check dvc-yaml
+.PHONY: setup repro draw draws lint test test-fast bench clean-venv prefect-up prefect-down mlflow-ui browser-check dvc-yaml
 
 setup: $(STAMP) $(PLOTS_TEMPLATE)
 
@@ -40,6 +40,18 @@ repro: setup
 	  $(BIN)/python -m pipeline up-to-date --forget && since=$$(date +%s) && \
 	  $(BIN)/dvc repro && $(BIN)/python -m pipeline record-runs --since $$since && \
 	  $(BIN)/python -m pipeline up-to-date --record; }
+
+# Another draw of the recipe (a seed set of configs/seed_sets.yaml, precision auto or float32) in its
+# own workspace under .maopd/draws/, kept in reports/<profile>/draws/; run again, it resumes
+# (pipeline/draws.py, docs/usage.md#draws). `make draws` lists the kept ones.
+SEED_SET ?= G
+PRECISION ?= auto
+PROFILE ?= tiny
+draw: setup
+	$(BIN)/python scripts/draw.py run --seed-set $(SEED_SET) --precision $(PRECISION) --profile $(PROFILE)
+
+draws: setup
+	$(BIN)/python scripts/draw.py list --profile $(PROFILE)
 
 # ruff (pyproject.toml's rules); dvc.yaml and the plots templates current with pipeline/stages/dag.py
 lint: setup

@@ -12,6 +12,12 @@ Deployments of the flow `maopd-paper` (`flows/stages.py:paper_flow`):
 - `smoke`: the ci profile on the `cpu` pool, nightly (02:00 UTC).
 Both run the whole DAG; DVC skips every stage whose inputs did not change. Any stage or
 group runs alone with `-p stages='["evaluate"]'`. Workers run the flow from this checkout.
+
+Deployment of the flow `maopd-draws` (`flows/draws.py:draws_flow`):
+- `draws`: draws of the tiny profile (seed set G, precision auto) on the `cpu` pool, weekly
+  (Saturday 04:00 UTC). Always registered paused, tagged "schedule paused": a draw takes about an
+  hour of a machine and, once kept, changes the committed report. Resume it in the UI to run
+  draws on the schedule; `-p seed_sets='["B","C"]' -p precision=float32` picks others.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.schedules import Cron
 
+from flows.draws import draws_flow
 from flows.stages import ROOT, ensure_gpu_limit, paper_flow
 
 POOLS = {"cpu": "data, index and report stages; the ci smoke run",
@@ -33,6 +40,11 @@ DEPLOYMENTS = {
     "paper": ("gpu", "0 3 * * 0", {"profile": "paper"}),
     "smoke": ("cpu", "0 2 * * *", {"profile": "ci"}),
 }
+# The draws' deployment: (name, pool, cron, parameters); its schedule is always registered paused
+DRAWS = ("draws", "cpu", "0 4 * * 6", {"seed_sets": ["G"], "precision": "auto", "profile": "tiny", "replace": True})
+DRAWS_PAUSED_WHY = ("**Schedule paused on purpose: a draw takes about an hour of a machine, and a kept draw "
+                    "changes the committed report** (reports/<profile>/draws/). Resume the schedule here to run "
+                    "draws weekly; *Run* starts one now.")
 # shown beside the deployment in the UI's list, where only short tags fit (longer ones fold into "+N")
 PAUSED_TAG = "schedule paused"
 GPU_SLOTS = 1  # the `gpu` limit's slots when this script creates it (the flow's gpu_slots default)
@@ -77,7 +89,20 @@ def deployments(online: set[str] | None = None) -> list[tuple]:
         built.append((source.to_deployment(name=name, schedules=[Cron(cron, timezone="UTC", active=active)],
                                            parameters=parameters, tags=tags, description=description),
                       pool))
+    built.append((draws_deployment(), DRAWS[1]))
     return built
+
+
+def draws_deployment():
+    """`draws`: the flow maopd-draws on the cpu pool, its weekly schedule always paused (DRAWS_PAUSED_WHY)."""
+    name, pool, cron, parameters = DRAWS
+    source = draws_flow.from_source(source=str(ROOT), entrypoint="flows/draws.py:draws_flow")
+    description = (f"{DRAWS_PAUSED_WHY} Each draw (seed sets {', '.join(parameters['seed_sets'])}, precision "
+                   f"{parameters['precision']}) runs the whole {parameters['profile']} DAG in its own workspace "
+                   f"(.maopd/draws/), one after another, on the {pool} pool, and is kept in "
+                   f"reports/{parameters['profile']}/draws/ (docs/usage.md#draws).")
+    return source.to_deployment(name=name, schedules=[Cron(cron, timezone="UTC", active=False)],
+                                parameters=parameters, tags=[pool, PAUSED_TAG], description=description)
 
 
 def main(argv: list[str] | None = None) -> list:
@@ -92,8 +117,11 @@ def main(argv: list[str] | None = None) -> list:
     ids = []
     for dep, pool in deployments(online):
         ids += deploy(dep, work_pool_name=pool, build=False, push=False, print_next_steps_message=False)
-        state = "active" if pool in online else "paused (no online worker)"
-        print(f"deployment maopd-paper/{dep.name} on pool {pool}: schedule {state}")
+        if dep.name == DRAWS[0]:
+            state = "paused (always: resume it in the UI)"
+        else:
+            state = "active" if pool in online else "paused (no online worker)"
+        print(f"deployment {dep.flow_name}/{dep.name} on pool {pool}: schedule {state}")
     return ids
 
 

@@ -15,6 +15,7 @@ import yaml
 from prefect.client.schemas.schedules import CronSchedule
 
 from flows.deploy import DEPLOYMENTS, deployments
+from flows.draws import draws_flow
 from flows.dvc_graph import pool_for, select, stage_graph, upstream_of, waves
 from flows.stages import paper_flow, retry_if_transient
 from flows.workspaces import (
@@ -120,9 +121,18 @@ def test_merge_lock_entry_keeps_other_stages(tmp_path):
 
 def test_deployments_validate():
     built = {d.name: (d, pool) for d, pool in deployments()}
-    assert set(built) == {"paper", "smoke"}
+    assert set(built) == {"paper", "smoke", "draws"}
     assert built["paper"][1] == "gpu" and built["paper"][0].parameters == {"profile": "paper"}
     assert built["smoke"][1] == "cpu" and built["smoke"][0].parameters == {"profile": "ci"}
+    draws, pool = built.pop("draws")
+    assert pool == "cpu" and draws.entrypoint == "flows/draws.py:draws_flow" and draws.flow_name == "maopd-draws"
+    (schedule,) = draws.schedules
+    assert isinstance(schedule.schedule, CronSchedule) and schedule.schedule.cron == "0 4 * * 6"  # Saturday 04:00
+    assert schedule.schedule.timezone == "UTC"
+    assert draws.parameters == {"seed_sets": ["G"], "precision": "auto", "profile": "tiny", "replace": True}
+    draws_flow.validate_parameters(draws.parameters)
+    with pytest.raises(Exception):  # noqa: B017 - a precision the flow does not know
+        draws_flow.validate_parameters({**draws.parameters, "precision": "fp8"})
     for name, (deployment, _) in built.items():
         assert deployment.entrypoint == "flows/stages.py:paper_flow"
         (schedule,) = deployment.schedules

@@ -80,6 +80,16 @@ def test_paper_schedule_waits_paused_until_a_gpu_worker_is_online():
     assert not any("paused" in t for t in running["paper"].tags)
 
 
+@pytest.mark.parametrize("online", [None, set(), {"cpu"}, {"cpu", "gpu"}])
+def test_the_draws_schedule_is_always_registered_paused_and_says_why(online):
+    draws = {d.name: d for d, _ in deployments(online=online)}["draws"]
+    (schedule,) = draws.schedules
+    assert schedule.active is False
+    assert PAUSED_TAG in draws.tags and "cpu" in draws.tags
+    assert draws.description.startswith("**Schedule paused on purpose: a draw takes about an hour of a machine")
+    assert "changes the committed report" in draws.description and "Resume" in draws.description
+
+
 def _report_folder(tmp_path):
     folder = tmp_path / "reports" / "ci"
     (folder / "data_docs" / "splits").mkdir(parents=True)
@@ -227,6 +237,36 @@ def test_deploying_creates_the_pools_the_gpu_limit_and_the_deployments(prefect_s
         paper = client.read_deployment_by_name("maopd-paper/paper")
         assert [s.active for s in paper.schedules] == [False]  # no gpu worker online
         assert [s.active for s in client.read_deployment_by_name("maopd-paper/smoke").schedules] == [True]
+        draws = client.read_deployment_by_name("maopd-draws/draws")
+        assert [s.active for s in draws.schedules] == [False] and draws.work_pool_name == "cpu"  # always paused
+
+
+def test_the_draws_flow_runs_one_task_per_seed_set_in_turn_and_fails_after_the_others(prefect_server, monkeypatch,
+                                                                                        tmp_path):
+    from types import SimpleNamespace
+
+    from flows import draws
+    from pipeline.draws import DrawFailed
+
+    calls = []
+
+    def fake_run_draw(checkout, profile, seed_set, precision, keep, replace, on_line):
+        calls.append((seed_set, precision, profile, keep, replace))
+        on_line(f"Running stage 'splits' of {seed_set}")
+        if seed_set == "C":
+            raise DrawFailed("dvc repro failed (exit 1)")
+        kept = tmp_path / f"{seed_set}.json"
+        return SimpleNamespace(kept=kept, draw=SimpleNamespace(workspace=tmp_path / seed_set, resumed=False,
+                                                                commit="abc"))
+
+    monkeypatch.setattr(draws, "run_draw", lambda checkout, **kw: fake_run_draw(checkout, **kw))
+    assert draws.draws_flow(seed_sets=["B", "D"], precision="float32", checkout=str(tmp_path)) == {
+        "B": str(tmp_path / "B.json"), "D": str(tmp_path / "D.json")}
+    assert calls == [("B", "float32", "tiny", True, False), ("D", "float32", "tiny", True, False)]
+    calls.clear()
+    with pytest.raises(DrawFailed, match="draws failed: C"):
+        draws.draws_flow(seed_sets=["C", "G"], checkout=str(tmp_path))
+    assert [c[0] for c in calls] == ["C", "G"]  # G still ran after C failed
 
 
 def test_a_failed_stage_still_leaves_the_summary(prefect_server, tmp_path, monkeypatch):
