@@ -1,5 +1,8 @@
 """A scratch copy of the repository (tracked and untracked-but-not-ignored files, no data/)
-with a chosen profile: what benchmarks and end-to-end tests run `dvc repro` in."""
+with a chosen profile: what benchmarks and end-to-end tests run `dvc repro` in.
+
+reports/ holds outputs and is left out, except the profile's kept draws (reports/<profile>/draws/):
+they are an input of the `report` stage, and DVC refuses to run a stage whose dep is missing."""
 
 from __future__ import annotations
 
@@ -14,11 +17,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def copy_repo(dest: Path, profile: str, root: Path = REPO_ROOT) -> Path:
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root,
                            capture_output=True, text=True, check=True).stdout.splitlines()
+    draws = f"reports/{profile}/draws/"
     for rel in files:
         src = root / rel
-        if src.is_file() and not rel.startswith(("data/", "reports/")):
+        if src.is_file() and (rel.startswith(draws) or not rel.startswith(("data/", "reports/"))):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    (dest / draws).mkdir(parents=True, exist_ok=True)
     params = dest / "params.yaml"
     params.write_text(re.sub(r"(?m)^profile: .*$", f"profile: {profile}", params.read_text()))
     (dest / "dvc.lock").unlink(missing_ok=True)

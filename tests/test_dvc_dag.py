@@ -87,3 +87,13 @@ def test_function_level_imports_count():
     assert Path("pipeline/agents/prompts.yaml") in import_closure("pipeline.stages.train")  # read beside prompts.py
     # the CLI's other commands (serve-retriever, train-verl) are not the stages' imports
     assert Path("pipeline/verl_agent/launch.py") not in import_closure("pipeline.stages.splits")
+
+
+def test_the_report_reads_the_kept_draws_and_writes_the_draw_record():
+    """Keeping a draw (scripts/draw.py) re-makes the report; the folder exists in a fresh clone
+    of every profile that has a report (a README.md, since git keeps no empty folder)."""
+    report = load_dvc_yaml()["stages"]["report"]
+    assert "reports/${profile}/draws" in report["deps"]
+    assert {"reports/${profile}/draw.json": {"cache": False}} in report["outs"]
+    for profile in ("tiny", "ci"):
+        assert (REPO_ROOT / "reports" / profile / "draws" / "README.md").is_file(), profile

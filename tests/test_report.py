@@ -144,7 +144,8 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
     assert f"{macro.loc['multiagent_opd', 'avg@4']:.2f}" in opd_row and "38.68" in opd_row
     html = (folder / "paper.html").read_text()
     assert "<table>" in html and 'src="figures/' not in html  # figures embedded: the page stands alone
-    assert html.count('src="data:image/png;base64,') == 3  # macro with intervals, gaps, training curves
+    # macro with intervals, gaps, training curves, the forest plot across draws (this run alone)
+    assert html.count('src="data:image/png;base64,') == 4
     tex = (folder / "main_table.tex").read_text()
     assert r"\begin{tabular}" in tex and "C-MAS + RL" in tex and "38.68" in tex
 

@@ -9,14 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import Params
+from pipeline.draw_identity import draw_tags
 from pipeline.io import atomic_dir, write_json, write_text
 from pipeline.report import comparisons as cmp
 from pipeline.report import figures
 from pipeline.report import published as pub
+from pipeline.report.across_draws import DRAWS_FIGURE, across_draws_section, draw_rows, draws_figure, load_draws
 from pipeline.report.curves import CURVE_METRICS, write_curve_files
 from pipeline.report.departures import departures
+from pipeline.report.draw_record import draw_record
 from pipeline.report.dvc_files import write_metric_files, write_plot_files
-from pipeline.report.inputs import load_records, model_summary, split_sizes
+from pipeline.report.inputs import dedup_counts, load_records, model_summary, split_sizes
 from pipeline.report.intervals import macro_intervals
 from pipeline.report.metrics_json import metrics_dict
 from pipeline.report.mlflow_runs import read_mlflow
@@ -55,10 +58,10 @@ def data_docs() -> list[str]:
     return [f"data_docs/{name}/index.html" for name in DATA_DOCS]
 
 
-def comparisons_section(results: Results, records, curves, ev, level: int) -> str:
-    """The paper's comparisons at this scale: gaps with intervals and verdicts, the search
-    collapse, and the Searcher's KL to the Teacher."""
-    gaps = cmp.measure_gaps(records, results.present, ev.runs, ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
+def comparisons_section(results: Results, gaps: list[cmp.Gap], curves, ev) -> str:
+    """The paper's comparisons at this scale (`gaps`: comparisons.measure_gaps): gaps with
+    intervals and verdicts, the search collapse, and the Searcher's KL to the Teacher."""
+    level = int(round(ev.confidence * 100))
     no_search = (results.value("behaviour", "ablation_outcome_rl_searcher", "no_search_share")
                  if "ablation_outcome_rl_searcher" in results.present else None)
     kl_table, kl_sentence = cmp.searcher_kl(curves)
@@ -75,6 +78,9 @@ def comparisons_section(results: Results, records, curves, ev, level: int) -> st
     return "\n\n".join(parts)
 
 
+DRAW_FILE = "draw.json"  # this run's draw record, beside paper.md
+
+
 def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> ReportOutput:
     """The whole report; `stages`: every stage of the DAG, each linked to its MLflow run."""
     start = time.perf_counter()
@@ -87,6 +93,13 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
                                 seed=ev.bootstrap_seed, level=ev.confidence)
     curves, runs = read_mlflow(params.profile, CURVE_METRICS, root)
     folder = root / "reports" / params.profile
+    gaps = cmp.measure_gaps(loaded.records, results.present, ev.runs, ev.bootstrap_draws, ev.bootstrap_seed,
+                            ev.confidence)
+    sizes, dedup, commit = split_sizes(root), dedup_counts(root), git_commit(root)
+    questions = int(intervals["questions"].max()) if len(intervals) else sizes.get("test", 0)
+    record = draw_record(profile=params.profile, tags=draw_tags(root, params.profile), test_questions=questions,
+                         level=level, results=results, gaps=gaps, kl_ends=cmp.searcher_kl_ends(curves), dedup=dedup)
+    draws = draw_rows(load_draws(folder / "draws", params.profile), record, commit)
 
     curve_files = write_curve_files(curves, CURVE_METRICS, folder / "curves")
     write_metric_files(results, intervals, folder / "metrics")
@@ -108,28 +121,31 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
             if figures.training_curves(curves, [m for m in CURVE_METRICS if m not in dev],
                                        tmp / "training_diagnostics.png"):
                 figure_names.append("figures/training_diagnostics.png")
+        forest = draws_figure(draws, level, ev.runs, tmp / Path(DRAWS_FIGURE).name)
 
-    comparisons_md = comparisons_section(results, loaded.records, curves, ev, level)
+    comparisons_md = comparisons_section(results, gaps, curves, ev)
     model = model_summary(root)
     prov = Provenance(
-        profile=params.profile, git_commit=git_commit(root), data_source=params.data.source,
-        split_sizes=split_sizes(root), model=model,
+        profile=params.profile, git_commit=commit, data_source=params.data.source,
+        split_sizes=sizes, model=model,
         protocol={"runs": ev.runs, "bootstrap_draws": ev.bootstrap_draws, "bootstrap_seed": ev.bootstrap_seed,
                   "confidence": ev.confidence, "target_system": ev.target_system},
         runs=runs, experiment=experiment_name(params.profile), stages=list(stages), figures=figure_names,
         curves=list(curves), curve_files=curve_files,
         data_docs=data_docs(),
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
-                            ev.target_system),
+                            ev.target_system, dedup),
         comparisons=comparisons_md,
+        across_draws=across_draws_section(draws, params.profile, level, ev.runs, DRAWS_FIGURE if forest else None),
         departures=departures(params),
     )
     md = build_markdown(results, prov)
     write_text(folder / "paper.md", md)
     write_text(folder / "paper.html", to_html(md, f"MultiAgent-OPD report ({params.profile})", folder))
     write_text(folder / "main_table.tex", latex_main_table(results, params.profile))
+    write_json(folder / DRAW_FILE, record)
     metrics = metrics_dict(results, params.profile)
     metrics_path = root / "reports" / "metrics.json"
     write_json(metrics_path, metrics)
-    return ReportOutput(results, metrics, folder, metrics_path, len(runs), list(curves), figure_names,
-                        time.perf_counter() - start)
+    return ReportOutput(results, metrics, folder, metrics_path, len(runs), list(curves),
+                        figure_names + ([DRAWS_FIGURE] if forest else []), time.perf_counter() - start)

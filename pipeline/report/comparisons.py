@@ -22,6 +22,7 @@ from pipeline.systems import BY_NAME
 # (target, baseline, what the paper claims about it)
 PAIRS: tuple[tuple[str, str, str], ...] = (
     ("c_mas_rl", "c_mas_base", "Stage I: outcome RL in the cascade beats the untrained cascade"),
+    ("multiagent_opd", "h_mas_base", "training the hierarchy with OPD beats the untrained hierarchy"),
     ("multiagent_opd", "prompted_critic", "OPD beats a prompted judge as the Searcher's signal"),
     ("multiagent_opd", "c_mas_rl", "the hierarchy trained with OPD beats its own Teacher"),
     ("multiagent_opd", "ablation_outcome_rl_searcher", "OPD beats outcome RL for the Searcher"),
@@ -82,7 +83,7 @@ def measure_gaps(records: pd.DataFrame, present: list[str], runs: int, draws: in
     return out
 
 
-def _fmt_pub(published: tuple[float, float | None, float | None]) -> str:
+def format_published(published: tuple[float, float | None, float | None]) -> str:
     diff, low, high = published
     return f"{diff:+.2f} [{low:.2f}, {high:.2f}]" if low is not None else f"{diff:+.2f} (difference of macro avg@4)"
 
@@ -92,7 +93,8 @@ def gaps_table(gaps: list[Gap], level: int) -> tuple[list[str], list[list[str]]]
     rows = []
     for g in gaps:
         ours = f"{g.diff:+.2f} [{g.low:.2f}, {g.high:.2f}]" if g.diff is not None else "not evaluated"
-        rows.append([f"{_label(g.target)} - {_label(g.baseline)}", g.claim, ours, _fmt_pub(g.published), g.verdict])
+        rows.append([f"{_label(g.target)} - {_label(g.baseline)}", g.claim, ours, format_published(g.published),
+                     g.verdict])
     return headers, rows
 
 
@@ -126,16 +128,17 @@ def search_collapse(curves: Mapping[str, Curve], behaviour_no_search: float | No
             f"{100 * v1:.1f}% at step {s1}{test}. {published} {verdict}")
 
 
+def searcher_kl_ends(curves: Mapping[str, Curve]) -> dict[str, tuple[tuple[int, float], tuple[int, float]]]:
+    """{system: ((first step, KL), (last step, KL))} of each system with a dev Searcher KL curve."""
+    return {system: found for system, curve in curves.items() if (found := _ends(curve, "dev_searcher_kl"))}
+
+
 def searcher_kl(curves: Mapping[str, Curve]) -> tuple[tuple[list[str], list[list[str]]], str]:
     """Each Stage-II system's dev KL to the Stage-I Teacher, first and last point, and one sentence
     comparing MultiAgent-OPD with the no-supervision ablation."""
-    rows, ends = [], {}
-    for system, curve in curves.items():
-        found = _ends(curve, "dev_searcher_kl")
-        if found:
-            ends[system] = found
-            (s0, v0), (s1, v1) = found
-            rows.append([_label(system), f"{v0:.4f} (step {s0})", f"{v1:.4f} (step {s1})", f"{v1 - v0:+.4f}"])
+    ends = searcher_kl_ends(curves)
+    rows = [[_label(system), f"{v0:.4f} (step {s0})", f"{v1:.4f} (step {s1})", f"{v1 - v0:+.4f}"]
+            for system, ((s0, v0), (s1, v1)) in ends.items()]
     table = (["system", "dev KL to the Teacher, first", "last", "change"], rows)
     opd, nosup = ends.get("multiagent_opd"), ends.get("ablation_no_searcher_supervision")
     if opd is None or nosup is None:

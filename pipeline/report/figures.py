@@ -215,3 +215,58 @@ def gaps_with_intervals(gaps: pd.DataFrame, published: Mapping[str, tuple[float,
         ax.tick_params(labelsize=FONT_PT)
         ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
+
+
+PUBLISHED_COLOUR = "#444444"
+
+
+def draws_forest(labels: Sequence[str], comparisons: Sequence[tuple[str, str, str]],
+                 gaps: Mapping[str, Sequence[tuple[float, float, float] | None]],
+                 published: Mapping[str, tuple[float, float | None, float | None]], other_test_set: Sequence[bool],
+                 level: int, runs: int, path: Path, columns: int = 2) -> Layout:
+    """A forest plot across draws: one panel per comparison (`comparisons`: key, title, colour),
+    one horizontal interval per draw (`labels`, the same rows in every panel), a line at 0, and
+    the published value as a dashed line labelled "published" (its interval shaded where the
+    paper gives one). A draw on a different test set (`other_test_set`) is drawn hollow. The
+    legend takes the free panel when there is one, else sits below the panels."""
+    rows = math.ceil(len(comparisons) / columns)
+    y = list(range(len(labels)))[::-1]
+    fig, axes = _figure(rows, columns, (0.3 * len(labels) + 1.5) * rows + 0.4, sharey=True)
+    for ax, (key, title, colour) in zip(axes.flat, comparisons):
+        ax.axvline(0, color="grey", linewidth=0.8)
+        diff, low, high = published[key]
+        if low is not None and high is not None:
+            ax.axvspan(low, high, color=PUBLISHED_COLOUR, alpha=0.12, linewidth=0)
+        ax.axvline(diff, color=PUBLISHED_COLOUR, linestyle="--", linewidth=1.2)
+        measured = [(yi, g, other) for yi, g, other in zip(y, gaps[key], other_test_set) if g is not None]
+        for yi, (gap, lo, hi), other in measured:
+            ax.errorbar(gap, yi, xerr=[[gap - lo], [hi - gap]], fmt="o", color=colour, capsize=3,
+                        markerfacecolor="white" if other else colour)
+        right = diff > sum(ax.get_xlim()) / 2  # the label on the side of the line with more room
+        ax.text(diff, 0.99, "published " if right else " published", transform=ax.get_xaxis_transform(),
+                ha="right" if right else "left", va="top", color=PUBLISHED_COLOUR, fontsize=FONT_PT)
+        above = sum(g[1] > 0 for _, g, _ in measured)
+        ax.set_title(_wrap(f"{title}: interval above 0 in {above} of {len(measured)} draws",
+                           PANEL_CHARS * 2 // columns), fontsize=FONT_PT)
+        ax.set_xlabel(f"gap in macro avg@{runs}, points", fontsize=FONT_PT)
+        ax.set_ylim(-0.7, len(labels) - 0.3)
+        ax.tick_params(labelsize=FONT_PT)
+        ax.grid(axis="x", alpha=0.3)
+    axes.flat[0].set_yticks(y, [_wrap(label, 30) for label in labels], fontsize=FONT_PT)
+    spare = list(axes.flat)[len(comparisons):]
+    for ax in spare:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], color="black", marker="o", label=f"a draw: gap with its {level}% paired interval"),
+               plt.Line2D([], [], color="black", marker="o", markerfacecolor="white",
+                          label="a draw on a different test set"),
+               plt.Line2D([], [], color=PUBLISHED_COLOUR, linestyle="--", label="published (Qwen3-4B, paper)"),
+               plt.Rectangle((0, 0), 1, 1, color=PUBLISHED_COLOUR, alpha=0.12, label="published interval")]
+    if not any(other_test_set):
+        handles.pop(1)
+    if spare:
+        spare[0].set_visible(True)
+        spare[0].axis("off")
+        spare[0].legend(handles=handles, loc="center", fontsize=FONT_PT, frameon=False)
+    else:
+        fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=FONT_PT, frameon=False)
+    return _save(fig, path)

@@ -97,3 +97,29 @@ def parameter_count(folder: Path) -> int | None:
             for key in f.keys():
                 total += math.prod(f.get_slice(key).get_shape())
     return total
+
+
+DEDUP_REASONS = ("test_equals_train", "duplicate_in_split")  # the counts the report states
+
+
+def dedup_counts(root: Path) -> dict[str, int] | None:
+    """{reason: questions removed} of data/splits/dedup_report.json's `removed` mapping for the
+    reasons the report states; None without the file."""
+    path = root / "data" / "splits" / "dedup_report.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise InputError(f"{path}: not valid JSON: {e}") from None
+    removed = data.get("removed") if isinstance(data, dict) else None
+    if not isinstance(removed, dict):
+        raise InputError(f"{path}: field 'removed': expected a mapping of reason to count (the `splits` stage "
+                         f"writes it), got {removed!r}")
+    out = {}
+    for reason in DEDUP_REASONS:
+        value = removed.get(reason)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{path}: field 'removed.{reason}': expected a count, got {value!r}")
+        out[reason] = value
+    return out

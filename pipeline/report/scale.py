@@ -6,6 +6,7 @@ need at the same spread."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -58,16 +59,29 @@ def measure_scale(results: Results, intervals: pd.DataFrame) -> Scale | None:
                  list(gaps["baseline"]), needed)
 
 
-def scale_section(scale: Scale | None, profile: str, model: str, level: int, target: str) -> str:
-    """Markdown bullets placed beside the main table."""
+def dedup_sentence(dedup: Mapping[str, int] | None) -> str:
+    """What dedup removed before the splits were drawn (data/splits/dedup_report.json's
+    `removed`, pipeline.report.inputs.dedup_counts); empty without the report."""
+    if dedup is None:
+        return ""
+    return (f"Before the test set was drawn, {dedup['test_equals_train']:,} test-pool questions were removed because "
+            f"their normalised text equals a training question's, and {dedup['duplicate_in_split']:,} questions as "
+            "duplicates of another question of their own dataset and split (data/splits/dedup_report.json).")
+
+
+def scale_section(scale: Scale | None, profile: str, model: str, level: int, target: str,
+                  dedup: Mapping[str, int] | None = None) -> str:
+    """Markdown bullets placed beside the main table; `dedup`: the counts of dedup_sentence."""
+    removed = dedup_sentence(dedup)
     if scale is None:
-        return "No system has evaluation records, so this report shows no result at any scale."
+        return "No system has evaluation records, so this report shows no result at any scale." + (
+            f"\n\n{removed}" if removed else "")
     smallest_name, (smallest, _, _) = min(pub.GAPS.items(), key=lambda item: item[1][0])
     published = ", ".join(f"{_label(target)} - {_label(b)} {d:.2f}" for b, (d, _, _) in pub.GAPS.items())
     resolution = scale.gap_half_width if scale.gap_half_width is not None else scale.system_half_width * math.sqrt(2)
     lines = [f"**Made at:** the `{profile}` profile: {scale.questions} test questions per system "
              f"({scale.datasets} datasets), {scale.runs} runs each; base model {model}; "
-             f"the paper used {PAPER_MODEL}."]
+             f"the paper used {PAPER_MODEL}." + (f" {removed}" if removed else "")]
     if resolution == 0:  # every question scores the same, under any resampling
         lines += ["**Resolution:** none. Every question scores the same for every system, so resampling "
                   "never moves a macro score: the intervals have no width and measure nothing.",

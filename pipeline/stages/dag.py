@@ -205,13 +205,17 @@ STAGES: tuple[Stage, ...] = (
                   f"{P}.engine"),
           outs=("data/eval/${key}/records.parquet",),
           foreach={s.name: {"weights": s.weights} for s in SYSTEMS}, arg="${key}"),
-    Stage("report", "Tables, figures and metrics beside the published numbers; the records only, not the shards.",
-          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base"),
+    Stage("report", "Tables, figures and metrics beside the published numbers; the records only, not the shards. "
+          "The kept draws (reports/<profile>/draws/, scripts/draw.py) are a dep: keeping one re-makes the report; "
+          "draw.json is this run's record, which a kept draw copies.",
+          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base",
+                f"reports/{P}/draws"),
           params=("profile", f"{P}.data.source", "common.eval", f"{P}.train.shared.opd_beta",
                   f"{P}.train.shared.tie_on", *(f"{P}.train.systems.{s.name}.oversample" for s in TRAINED)),
           outs=tuple({path: dict(UNCACHED)} for path in (
               "reports/metrics.json", f"reports/{P}/paper.md", f"reports/{P}/paper.html",
-              f"reports/{P}/main_table.tex", f"reports/{P}/figures", f"reports/{P}/curves", f"reports/{P}/plots")),
+              f"reports/{P}/main_table.tex", f"reports/{P}/draw.json", f"reports/{P}/figures", f"reports/{P}/curves",
+              f"reports/{P}/plots")),
           metrics=({f"reports/{P}/metrics": dict(UNCACHED)},)),
 )
 

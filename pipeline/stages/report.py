@@ -1,5 +1,6 @@
-"""Stage `report`: tables, figures, paper.md/html, main_table.tex and reports/metrics.json from the
-evaluation records and the training curves in MLflow (pipeline.report)."""
+"""Stage `report`: tables, figures, paper.md/html, main_table.tex, this run's draw record (draw.json)
+and reports/metrics.json from the evaluation records, the training curves in MLflow and the kept
+draws of reports/<profile>/draws/ (pipeline.report)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pipeline.config import Params
 from pipeline.run_artifacts import KIND_TAG
 from pipeline.tracking import stage_run
 
-REPORT_FILES = ("paper.html", "paper.md", "main_table.tex")
+REPORT_FILES = ("paper.html", "paper.md", "main_table.tex", "draw.json")
 REPORT_FOLDERS = ("figures", "curves", "plots", "metrics")
 
 
@@ -34,7 +35,7 @@ def log_report_metrics(mlf: Any, metrics: dict) -> None:
 
 
 def run_report(params: Params, root: Path) -> dict:
-    """Tables, figures, paper.md/html, main_table.tex and reports/metrics.json."""
+    """Tables, figures, paper.md/html, main_table.tex, draw.json and reports/metrics.json."""
     from pipeline.report.build import build_report
     from pipeline.stages.dag import stage_names
 

@@ -1,0 +1,156 @@
+"""This run's draw record, reports/<profile>/draw.json, and the check of a kept one.
+
+A draw is one full run of the pipeline under a seed set (configs/seed_sets.yaml), a CPU kind
+and a precision path (pipeline.draw_identity). Its record holds what the report compares across
+draws: every evaluated system's macro avg@k, its forced-answer share, the paper's seven
+comparisons as paired-bootstrap gaps beside the published value, each Stage-II system's dev
+Searcher KL at its first and last point, and the splits' dedup counts. The draw command
+(scripts/draw.py) keeps a copy under reports/<profile>/draws/, adding name, commit, date,
+stage_minutes and peak_rss_mb; `check_record` reads those too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError
+from pipeline.report.comparisons import Gap
+from pipeline.report.results import Results
+
+SCHEMA = 1
+DIGITS = 4  # decimals kept: enough to tell two draws apart, a record stays a few KB
+
+
+def comparison_key(target: str, baseline: str) -> str:
+    return f"{target}-{baseline}"
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else round(value, DIGITS)
+
+
+def _column(results: Results, table: str, column: str) -> dict[str, float | None]:
+    return {system: _num(results.value(table, system, column)) for system in results.present}
+
+
+def draw_record(*, profile: str, tags: Mapping[str, str], test_questions: int, level: int, results: Results,
+                gaps: Sequence[Gap], kl_ends: Mapping[str, tuple[tuple[int, float], tuple[int, float]]],
+                dedup: Mapping[str, int] | None) -> dict[str, Any]:
+    """The record of this run; `tags`: pipeline.draw_identity.draw_tags, `gaps`:
+    pipeline.report.comparisons.measure_gaps, `kl_ends`: comparisons.searcher_kl_ends."""
+    return {
+        "schema": SCHEMA,
+        "profile": profile,
+        "seed_set": tags["draw.seed_set"],
+        "cpu": tags["draw.cpu"],
+        "precision": tags["draw.precision"],
+        "test_questions": int(test_questions),
+        "runs": int(results.runs),
+        "level": int(level),
+        "systems": _column(results, "macro", f"avg@{results.runs}"),
+        "forced_answer_share": _column(results, "behaviour", "forced_answer_share"),
+        "comparisons": {comparison_key(g.target, g.baseline): {
+            "target": g.target, "baseline": g.baseline, "diff": _num(g.diff), "low": _num(g.low),
+            "high": _num(g.high), "published": _num(g.published[0])} for g in gaps},
+        "dev_searcher_kl": {system: {"first": _num(first[1]), "last": _num(last[1])}
+                            for system, (first, last) in kl_ends.items()},
+        "dedup": dict(dedup) if dedup is not None else None,
+    }
+
+
+# --------------------------------------------------------------------------- reading a kept draw
+
+
+def _type_name(kind: str) -> str:
+    return {"str": "a string", "int": "a whole number", "num": "a number", "num?": "a number or null",
+            "obj": "a JSON object", "obj?": "a JSON object or null", "total?": "null, a number or a JSON object "
+            "of numbers"}[kind]
+
+
+def _is(value: Any, kind: str) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if kind == "num":
+        return number and math.isfinite(value)
+    if kind == "num?":
+        return value is None or (number and math.isfinite(value))
+    if kind == "obj":
+        return isinstance(value, dict)
+    if kind == "obj?":
+        return value is None or isinstance(value, dict)
+    if kind == "total?":
+        return value is None or _is(value, "num") or (isinstance(value, dict)
+                                                      and all(_is(v, "num?") for v in value.values()))
+    raise ValueError(kind)
+
+
+class _Checker:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def need(self, value: Any, field: str, kind: str) -> Any:
+        if not _is(value, kind):
+            raise InputError(f"{self.path}: field '{field}': expected {_type_name(kind)}, got {value!r}")
+        return value
+
+    def get(self, data: dict, field: str, kind: str, prefix: str = "", optional: bool = False) -> Any:
+        name = f"{prefix}{field}"
+        if field not in data:
+            if optional:
+                return None
+            raise InputError(f"{self.path}: field '{name}' is missing (a draw record of schema {SCHEMA}, "
+                             "written by the `report` stage as reports/<profile>/draw.json)")
+        return self.need(data[field], name, kind)
+
+
+REQUIRED = (("seed_set", "str"), ("cpu", "str"), ("precision", "str"), ("test_questions", "int"), ("runs", "int"),
+            ("level", "num"), ("systems", "obj"), ("forced_answer_share", "obj"), ("comparisons", "obj"),
+            ("dev_searcher_kl", "obj"), ("dedup", "obj?"))
+# what the draw command adds when it keeps a draw
+ADDED = (("name", "str"), ("commit", "str"), ("date", "str"), ("stage_minutes", "total?"), ("peak_rss_mb", "total?"))
+
+
+def check_record(data: Any, path: Path, profile: str) -> dict[str, Any]:
+    """`data` (a parsed draw file) checked against the schema; InputError naming the file and
+    the field otherwise. Keys beyond the schema and the draw command's are left as they are."""
+    c = _Checker(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object (a draw record), got {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise InputError(f"{path}: field 'schema': expected {SCHEMA}, got {data.get('schema')!r}")
+    if c.get(data, "profile", "str") != profile:
+        raise InputError(f"{path}: field 'profile': expected {profile!r} (the draws of reports/{profile}/draws/), "
+                         f"got {data['profile']!r}")
+    for field, kind in (*REQUIRED, *ADDED):
+        c.get(data, field, kind, optional=(field, kind) in ADDED)
+    for system, value in data["systems"].items():
+        c.need(value, f"systems.{system}", "num")
+    for system, value in data["forced_answer_share"].items():
+        c.need(value, f"forced_answer_share.{system}", "num?")
+    for key, entry in data["comparisons"].items():
+        prefix = f"comparisons.{key}."
+        c.need(entry, f"comparisons.{key}", "obj")
+        target, baseline = c.get(entry, "target", "str", prefix), c.get(entry, "baseline", "str", prefix)
+        if key != comparison_key(target, baseline):
+            raise InputError(f"{path}: field 'comparisons.{key}': expected the key "
+                             f"{comparison_key(target, baseline)!r} (target-baseline)")
+        values = [c.get(entry, name, "num?", prefix) for name in ("diff", "low", "high")]
+        c.get(entry, "published", "num?", prefix)
+        if (None in values) != (values.count(None) == 3):
+            raise InputError(f"{path}: field 'comparisons.{key}': diff, low and high are all numbers or all null")
+    for system, entry in data["dev_searcher_kl"].items():
+        c.need(entry, f"dev_searcher_kl.{system}", "obj")
+        for name in ("first", "last"):
+            c.get(entry, name, "num", f"dev_searcher_kl.{system}.")
+    for reason, value in (data["dedup"] or {}).items():
+        c.need(value, f"dedup.{reason}", "int")
+    return data
