@@ -38,6 +38,7 @@ from pipeline.io import write_text as atomic_write_text
 STATE_DIR = ".maopd"
 # Top-level paths of a checkout that are state, never code: not mirrored, never deleted.
 _STATE = ("data", "reports", ".dvc", STATE_DIR, "dvc.lock", "mlflow.db", "mlartifacts", ".git")
+_KEPT_DRAWS = re.compile(r"^reports/[^/]+/draws/")
 _sync_lock = threading.Lock()
 # Under .dvc/: the plot templates (dvc.yaml names them) and the offline page `make setup` writes.
 _PLOT_FILES = ("plots", "offline_plots.html")
@@ -167,10 +168,17 @@ def checkout_profile(checkout: Path) -> str:
 
 
 def code_files(checkout: Path) -> list[str]:
-    """Tracked and untracked-but-not-ignored files of the checkout, state excluded."""
+    """Tracked and untracked-but-not-ignored files of the checkout, state excluded, except the
+    kept draws under reports/ (inputs of the report stage)."""
     out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=checkout,
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    return [f for f in out if f.split("/")[0] not in _STATE and (checkout / f).is_file()]
+    return [f for f in out if (f.split("/")[0] not in _STATE or _KEPT_DRAWS.match(f)) and (checkout / f).is_file()]
+
+
+def _mirrored_roots(files: list[str]) -> set[str]:
+    """The folders a mirror owns: each top-level code folder, and each profile's kept-draws
+    folder (never the rest of reports/, whose outputs belong to the workspace)."""
+    return {m.group(0).rstrip("/") if (m := _KEPT_DRAWS.match(f)) else f.split("/")[0] for f in files}
 
 
 def default_remote_url(checkout: Path) -> str | None:
@@ -193,9 +201,8 @@ def mirror(layout: RunLayout, dest: Path) -> None:
     (data, dvc.lock); point its DVC cache and remote at the checkout's."""
     files = code_files(layout.checkout)
     keep = set(files)
-    tops = {f.split("/")[0] for f in files}
     dest.mkdir(parents=True, exist_ok=True)
-    for top in tops:  # files deleted from the checkout leave the copy too
+    for top in _mirrored_roots(files):  # files deleted from the checkout leave the copy too
         path = dest / top
         if path.is_dir():
             for p in path.rglob("*"):

@@ -67,6 +67,24 @@ def test_mirror_compares_size_and_modification_time(tmp_path):
     assert not _same_file(src, dst)
 
 
+def test_mirror_brings_the_kept_draws_and_leaves_the_workspaces_report_alone(tmp_path):
+    import subprocess
+
+    checkout, dest = tmp_path / "checkout", tmp_path / "workspace"
+    for rel, text in {"params.yaml": "profile: tiny\n", "pipeline/x.py": "x = 1\n", ".dvc/config": "",
+                      "reports/tiny/draws/G.json": "{}\n", "reports/tiny/paper.md": "checkout's\n"}.items():
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=checkout, check=True)
+    for rel, text in {"reports/tiny/draws/old.json": "{}\n", "reports/tiny/paper.md": "workspace's\n"}.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+    workspaces.mirror(workspaces.RunLayout(checkout, "tiny"), dest)
+    assert (dest / "reports/tiny/draws/G.json").exists() and (dest / "pipeline/x.py").exists()
+    assert not (dest / "reports/tiny/draws/old.json").exists()  # deleted from the checkout: gone here too
+    assert (dest / "reports/tiny/paper.md").read_text() == "workspace's\n"  # an output, not code
+
+
 def test_paper_schedule_waits_paused_until_a_gpu_worker_is_online():
     paused = {d.name: d for d, _ in deployments(online={"cpu"})}
     (schedule,) = paused["paper"].schedules
