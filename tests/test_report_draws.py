@@ -107,8 +107,8 @@ def _kept(record: dict, name: str, shift: float, **extra) -> dict:
     for entry in out["comparisons"].values():
         if entry["diff"] is not None:
             for key in ("diff", "low", "high"):
-                entry[key] = round(entry[key] + shift, 4)
-    out["systems"] = {s: round(v + shift, 4) for s, v in out["systems"].items()}
+                entry[key] = entry[key] + shift
+    out["systems"] = {s: v + shift for s, v in out["systems"].items()}
     out.update({"name": name, "commit": "89abcdef" * 5, "date": "2026-12-05", "stage_minutes": 301.4,
                 "peak_rss_mb": 4100, **extra})
     return out
@@ -282,3 +282,10 @@ def test_a_repository_copy_brings_the_profiles_kept_draws_and_no_other_report(tm
     assert (dest / "reports" / "ci" / "draws" / "README.md").is_file()
     assert not (dest / "reports" / "tiny").exists() and not (dest / "reports" / "metrics.json").exists()
     assert os.listdir(dest / "reports") == ["ci"]
+
+
+def test_a_record_keeps_the_gap_unrounded_so_both_tables_print_the_same_figure():
+    from pipeline.report.draw_record import _num
+
+    tie = -0.8350000000000001  # a gap on a rounding tie: rounding it first would print -0.83
+    assert f"{_num(tie):+.2f}" == f"{tie:+.2f}" == "-0.84"

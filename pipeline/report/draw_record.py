@@ -21,7 +21,6 @@ from pipeline.report.comparisons import Gap
 from pipeline.report.results import Results
 
 SCHEMA = 1
-DIGITS = 4  # decimals kept: enough to tell two draws apart, a record stays a few KB
 
 
 def comparison_key(target: str, baseline: str) -> str:
@@ -31,8 +30,8 @@ def comparison_key(target: str, baseline: str) -> str:
 def _num(value: Any) -> float | None:
     if value is None:
         return None
-    value = float(value)
-    return None if math.isnan(value) else round(value, DIGITS)
+    value = float(value)  # unrounded: the across-draws table then prints what the comparisons table prints
+    return None if math.isnan(value) else value
 
 
 def _column(results: Results, table: str, column: str) -> dict[str, float | None]:
