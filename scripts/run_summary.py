@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.draws import stage_times
 from pipeline.errors import InputError
 from pipeline.report.comparisons import published_gap
 from pipeline.systems import BY_NAME, SYSTEMS, TEACHER
@@ -43,22 +44,6 @@ def _read_json(path: Path) -> dict:
         raise InputError(f"{path}: cannot read ({err.strerror}); run `make repro` first") from None
     except json.JSONDecodeError as err:
         raise InputError(f"{path}, line {err.lineno}: not valid JSON") from None
-
-
-def stage_times(root: Path) -> dict[str, dict] | None:
-    """The latest entry of each stage in data/timings.jsonl, or None when the file is absent."""
-    path = root / "data" / "timings.jsonl"
-    if not path.exists():
-        return None
-    latest = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            entry = json.loads(line)
-            latest[entry["stage"]] = {"seconds": float(entry["seconds"]), "peak_rss_mb": float(entry["peak_rss_mb"])}
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise InputError(f"{path}, line {number}: expected a JSON object with stage, seconds and "
-                             "peak_rss_mb") from None
-    return latest
 
 
 def gaps(metrics: dict, paper_md: str, paper_path: Path) -> dict[tuple[str, str], tuple[float, float, float]]:
@@ -112,7 +97,7 @@ def summary(root: Path, profile: str | None = None) -> list[str]:
     curves = root / "reports" / profile / "curves"
     lines = [f"Run of {root.resolve()} (profile {profile})"]
 
-    times = stage_times(root)
+    times = stage_times(root, profile)
     stage_min = rss = "-"
     if times is None:
         lines.append("Stage time: no data/timings.jsonl here (make repro writes it)")
