@@ -43,6 +43,7 @@ import yaml
 from pipeline.errors import InputError
 from pipeline.io import write_json, write_text
 from pipeline.repo_copy import copy_repo
+from pipeline.report.draw_record import check_record
 from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 
 AUTO, FLOAT32 = "auto", "float32"
@@ -52,7 +53,6 @@ DRAW_FILE = "draw.yaml"  # in a workspace: what the draw is and the commit of it
 _PREPARING = ".draw-preparing"  # in a workspace while its copy is being made; a rerun redoes it
 DRAW_REPORT = "draw.json"  # reports/<profile>/draw.json, written by the report stage
 KEPT_DIR = "draws"  # reports/<profile>/draws/<name>.json: the kept draws the report reads
-_REQUIRED = {"schema": int, "profile": str, "seed_set": str, "cpu": str, "precision": str, "systems": dict}
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Telemetry off and the hub offline, as the Makefile exports them for `make repro`
 _QUIET_ENV = {"DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "GX_ANALYTICS_ENABLED": "false",
@@ -401,15 +401,7 @@ def read_draw_report(path: Path, profile: str) -> dict[str, Any]:
         report = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{path}, line {err.lineno}: not valid JSON ({err.msg})") from None
-    if not isinstance(report, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(report).__name__}")
-    for field, kind in _REQUIRED.items():
-        if not isinstance(report.get(field), kind) or isinstance(report.get(field), bool):
-            raise InputError(f"{path}: field {field!r}: expected {'an' if kind is int else 'a'} "
-                             f"{kind.__name__}, got {report.get(field)!r}")
-    if report["profile"] != profile:
-        raise InputError(f"{path}: field 'profile': {report['profile']!r}, expected {profile!r}")
-    return report
+    return check_record(report, Path(path), profile)
 
 
 def keep_draw(workspace: Path, root: Path, profile: str, name: str | None = None, replace: bool = False) -> Path:

@@ -5,12 +5,16 @@ all dev questions x 4 runs with one eval seed, so the models share their random 
 random numbers, as the test evaluation does), then prints each model's EM, searches per workflow
 and forced-answer share, and its macro avg@4 gap to the first one with its paired bootstrap 95%
 interval. Each model's records go under OUT/<label> (evaluate_system's shards; a rerun resumes).
-Dev only: it decides nothing on test. A model written `reference:<dir>` is run by the reference
+Dev only: it decides nothing on test. `--heldout N` scores N held-out questions of the test's
+seven-dataset composition instead of the dev split, which holds the training datasets only
+(pipeline/data/heldout.py: new questions of the profile's synthetic world, none a train, dev or test
+question; written to OUT/heldout.parquet). A model written `reference:<dir>` is run by the reference
 backend (transformers, lock-step ticks) instead of the engine: the same weights through both
 check that the engine samples the same distribution (docs/profile.md#the-engine).
 Run from the repo root, after `make repro` (or in a clone that has data/splits and data/index):
     python scripts/dev_gap.py OUT base=data/models/base t32=data/models/teacher [label=model ...]
     python scripts/dev_gap.py --workflow hierarchy OUT base=data/models/base opd=data/models/multiagent_opd
+    python scripts/dev_gap.py --workflow hierarchy --heldout 2000 OUT base=data/models/base opd=...
     python scripts/dev_gap.py --workflow hierarchy OUT ref=reference:data/models/base engine=data/models/base
 """
 
@@ -23,11 +27,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.config import load_params, workflow_config
+from pipeline.config import Params, load_params, workflow_config
+from pipeline.data.heldout import composition, held_out_questions
+from pipeline.data.world import WorldConfig
 from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
+from pipeline.io import write_parquet
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
 
@@ -40,14 +47,26 @@ def open_model(model: Path, reference: bool, engine):
     return HFBackend(model) if reference else open_eval_backend(model, engine)
 
 
-def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "cascade") -> None:
+def held_out_split(params: Params, n: int, out: Path) -> pd.DataFrame:
+    """n held-out questions of the test's composition from this profile's world, kept in OUT."""
+    if params.data.source != "synthetic":
+        raise InputError(f"dev_gap: --heldout needs the synthetic world; profile {params.profile!r} reads "
+                         f"{params.data.source} data (its dev split is the held-out set there)")
+    world = WorldConfig.from_dict(dict(params.data.world), where=f"params.yaml: {params.profile}.data.world")
+    questions = held_out_questions(world, composition(dict(params.data.test_quotas), n))
+    write_parquet(out / "heldout.parquet", questions)
+    return questions
+
+
+def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "cascade", heldout: int = 0) -> None:
     if len(models) < 2:
         raise InputError("dev_gap: give OUT and at least two label=model_dir arguments (the first is the reference)")
     for _, model, _ in models:
         require_model(model)
     root = Path(".")
     params = load_params("params.yaml")
-    dev, retriever = read_split(root, "dev"), open_retriever(root)
+    dev = held_out_split(params, heldout, out) if heldout else read_split(root, "dev")
+    retriever = open_retriever(root)
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     records = []
     for label, model, reference in models:
@@ -63,7 +82,7 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     reference = models[0][0]
-    print(f"dev, {workflow} ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to "
+    print(f"{'held-out' if heldout else 'dev'}, {workflow} ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to "
           f"{reference}, paired bootstrap 95% interval")
     for label, _, _ in models[1:]:
         gap = paired_bootstrap(scores, reference, label, draws=DRAWS, seed=0, level=0.95)
@@ -71,15 +90,21 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
-def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path, bool]], str]:
-    workflow = "cascade"
-    if args[:1] == ["--workflow"]:
-        if len(args) < 2 or args[1] not in WORKFLOWS:
-            raise InputError(f"dev_gap: --workflow: expected one of {', '.join(WORKFLOWS)}")
-        workflow, args = args[1], args[2:]
+def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path, bool]], str, int]:
+    workflow, heldout = "cascade", 0
+    while args[:1] in (["--workflow"], ["--heldout"]):
+        flag, value, args = args[0], (args[1] if len(args) > 1 else None), args[2:]
+        if flag == "--workflow":
+            if value not in WORKFLOWS:
+                raise InputError(f"dev_gap: --workflow: expected one of {', '.join(WORKFLOWS)}")
+            workflow = value
+        else:
+            if value is None or not value.isdigit() or int(value) <= 0:
+                raise InputError(f"dev_gap: --heldout: expected a positive number of questions, got {value!r}")
+            heldout = int(value)
     if not args:
-        raise InputError("dev_gap: usage: python scripts/dev_gap.py [--workflow cascade|hierarchy] OUT "
-                         "label=model_dir label=model_dir ...")
+        raise InputError("dev_gap: usage: python scripts/dev_gap.py [--workflow cascade|hierarchy] [--heldout N] "
+                         "OUT label=model_dir label=model_dir ...")
     models = []
     for arg in args[1:]:
         label, sep, model = arg.partition("=")
@@ -87,7 +112,7 @@ def _parse(args: list[str]) -> tuple[Path, list[tuple[str, Path, bool]], str]:
             raise InputError(f"dev_gap: argument {arg!r}: expected label=model_dir")
         reference = model.startswith(REFERENCE)
         models.append((label, Path(model.removeprefix(REFERENCE)), reference))
-    return Path(args[0]), models, workflow
+    return Path(args[0]), models, workflow, heldout
 
 
 if __name__ == "__main__":

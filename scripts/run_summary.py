@@ -2,8 +2,9 @@
 
 Reads what `make repro` leaves in a checkout: `data/timings.jsonl` (stage time and peak RSS; absent
 in a fresh clone, whose committed report is still summarised) and the report of the profile
-(`reports/metrics.json`, `reports/<profile>/paper.md`, `reports/<profile>/curves/`). Prints:
-stage time and peak RSS, every MultiAgent-OPD gap and the Stage-I gap beside the paper's,
+(`reports/metrics.json`, `reports/<profile>/draw.json`, `reports/<profile>/curves/`). Prints:
+stage time and peak RSS, the paper's seven comparisons beside its values (unrounded in draw.json,
+so printed as the report prints them),
 each system's forced-answer share, the dev Searcher KL to the Teacher at every curve point, the
 tied and zero-advantage group shares per role (mean over steps), and the row for
 docs/results.md's table. It computes nothing new: every figure is the run's own.
@@ -15,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from pipeline.draws import stage_times
+from pipeline.draws import read_draw_report, stage_times
 from pipeline.errors import InputError
 from pipeline.report.comparisons import published_gap
 from pipeline.systems import BY_NAME, SYSTEMS, TEACHER
@@ -29,9 +29,7 @@ from pipeline.systems import BY_NAME, SYSTEMS, TEACHER
 ROLES = ("leader", "searcher", "answerer")
 STAGE_ONE = (TEACHER, "c_mas_base")
 NO_SUPERVISION = "ablation_no_searcher_supervision"
-NOT_EVALUATED = "not evaluated"  # pipeline.report.comparisons.gaps_table's cell for a pair without records
 RSS_LIMIT_MB = 4096  # the project's per-stage memory bound for the tiny profile
-_GAP = re.compile(r"([+-]\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]")
 # the columns of docs/results.md's table this script fills, after the run's own description
 ROW_GAPS = (STAGE_ONE, ("multiagent_opd", "h_mas_base"), ("multiagent_opd", "prompted_critic"),
             ("multiagent_opd", NO_SUPERVISION))
@@ -46,24 +44,11 @@ def _read_json(path: Path) -> dict:
         raise InputError(f"{path}, line {err.lineno}: not valid JSON") from None
 
 
-def gaps(metrics: dict, paper_md: str, paper_path: Path) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(target, baseline) -> (diff, low, high) for every measured gap: the target system's from
-    metrics.json, the Stage-I gap from the report's comparisons table (metrics.json holds the
-    target's only). A pair the report could not measure is left out."""
-    target = metrics["target_system"]
-    out = {(target, key.removeprefix("vs_")): (g["diff"], g["low"], g["high"])
-           for key, g in metrics["gaps"].items() if g.get("diff") is not None}
-    label = f"| {BY_NAME[STAGE_ONE[0]].label} - {BY_NAME[STAGE_ONE[1]].label} |"
-    for line in paper_md.splitlines():
-        if line.startswith(label):
-            cell = line.split("|")[3].strip()
-            found = _GAP.fullmatch(cell)
-            if found is None and cell != NOT_EVALUATED:
-                raise InputError(f"{paper_path}: the row {label!r}: expected 'diff [low, high]' or "
-                                 f"{NOT_EVALUATED!r} in its third cell, got {cell!r}")
-            if found is not None:
-                out[STAGE_ONE] = tuple(float(x) for x in found.groups())
-    return out
+def gaps(record: dict) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(target, baseline) -> (diff, low, high) for every comparison of the run's draw record that
+    the report measured (a pair without records has nulls and is left out)."""
+    return {(c["target"], c["baseline"]): (c["diff"], c["low"], c["high"])
+            for c in record["comparisons"].values() if c["diff"] is not None}
 
 
 def curve(folder: Path, metric: str) -> pd.DataFrame | None:
@@ -89,11 +74,7 @@ def summary(root: Path, profile: str | None = None) -> list[str]:
     """The summary's lines; `profile` defaults to the report's (reports/metrics.json)."""
     metrics = _read_json(root / "reports" / "metrics.json")
     profile = profile or metrics["profile"]
-    paper_path = root / "reports" / profile / "paper.md"
-    try:
-        paper_md = paper_path.read_text()
-    except OSError as err:
-        raise InputError(f"{paper_path}: cannot read ({err.strerror}); run `make repro` first") from None
+    record = read_draw_report(root / "reports" / profile / "draw.json", profile)
     curves = root / "reports" / profile / "curves"
     lines = [f"Run of {root.resolve()} (profile {profile})"]
 
@@ -109,7 +90,7 @@ def summary(root: Path, profile: str | None = None) -> list[str]:
         limit = f"over {RSS_LIMIT_MB} MB: {', '.join(over)}" if over else f"every stage under {RSS_LIMIT_MB} MB"
         lines.append(f"Stage time: {len(times)} stages, {stage_min} min; peak RSS {rss} ({heaviest}); {limit}")
 
-    measured = gaps(metrics, paper_md, paper_path)
+    measured = gaps(record)
     lines.append("Gaps, macro avg@4 with the paired 95% interval (paper beside):")
     order = [s.name for s in SYSTEMS]
     for (target, baseline), gap in sorted(measured.items(), key=lambda kv: (kv[0] != STAGE_ONE, order.index(kv[0][1]))):

@@ -14,7 +14,7 @@ from pipeline.errors import InputError
 from .conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "run_summary.py"
-STAGE_ONE_ROW = "| C-MAS + RL (Teacher) - C-MAS base |"
+STAGE_ONE = "c_mas_rl-c_mas_base"
 
 
 def _load():
@@ -26,14 +26,13 @@ def _load():
 
 @pytest.fixture
 def run(tmp_path):
-    """A checkout's report (the committed one) with a Stage-I row and timings of our own."""
+    """A checkout's report (the committed one) with a Stage-I gap and timings of our own."""
     (tmp_path / "reports").mkdir()
     shutil.copy(REPO_ROOT / "reports" / "metrics.json", tmp_path / "reports" / "metrics.json")
     shutil.copytree(REPO_ROOT / "reports" / "tiny" / "curves", tmp_path / "reports" / "tiny" / "curves")
-    paper = (REPO_ROOT / "reports" / "tiny" / "paper.md").read_text().splitlines()
-    paper = [f"{STAGE_ONE_ROW} Stage I | +9.87 [1.23, 4.56] | +10.98 | verdict |" if line.startswith(STAGE_ONE_ROW)
-             else line for line in paper]
-    (tmp_path / "reports" / "tiny" / "paper.md").write_text("\n".join(paper))
+    record = json.loads((REPO_ROOT / "reports" / "tiny" / "draw.json").read_text())
+    record["comparisons"][STAGE_ONE].update(diff=9.8711, low=1.2298, high=4.5649)
+    (tmp_path / "reports" / "tiny" / "draw.json").write_text(json.dumps(record))
     (tmp_path / "data").mkdir()
     timings = [{"stage": "splits", "seconds": 60, "peak_rss_mb": 900.0},
                {"stage": "base_model", "seconds": 500, "peak_rss_mb": 4200.4},
@@ -49,10 +48,11 @@ def test_the_summary_quotes_the_runs_files(run):
     # the latest entry of each stage: 30 + 500 + 30 seconds
     assert "Stage time: 3 stages, 9.3 min; peak RSS 4,200 MB (base_model); over 4096 MB: base_model" in text
     assert "C-MAS + RL (Teacher) - C-MAS base: +9.87 [1.23, 4.56]  (paper +10.98)" in text
-    metrics = json.loads((run / "reports" / "metrics.json").read_text())
-    gap = metrics["gaps"]["vs_ablation_no_searcher_supervision"]
+    record = json.loads((run / "reports" / "tiny" / "draw.json").read_text())
+    gap = record["comparisons"]["multiagent_opd-ablation_no_searcher_supervision"]
     assert (f"MultiAgent-OPD - ablation: no Searcher supervision: {gap['diff']:+.2f} [{gap['low']:.2f}, "
             f"{gap['high']:.2f}]  (paper +8.86)") in text
+    metrics = json.loads((run / "reports" / "metrics.json").read_text())
     forced = metrics["systems"]["h_mas_base"]["behaviour"]["forced_answer_share"]
     assert f"H-MAS base {forced:.2f}" in text
     kl = pd.read_csv(run / "reports" / "tiny" / "curves" / "dev_searcher_kl.csv")
@@ -79,11 +79,14 @@ def test_bad_files_are_named_with_the_line_and_what_was_expected(run):
     with pytest.raises(InputError, match=r"timings.jsonl, line 5: expected a JSON object with stage, seconds"):
         summary(run, "tiny")
     (run / "data" / "timings.jsonl").unlink()
-    paper = run / "reports" / "tiny" / "paper.md"
-    paper.write_text(paper.read_text().replace("+9.87 [1.23, 4.56]", "n/a"))
-    with pytest.raises(InputError, match=r"paper.md: the row .*: expected 'diff \[low, high\]' or 'not evaluated'"):
+    path = run / "reports" / "tiny" / "draw.json"
+    record = json.loads(path.read_text())
+    record["comparisons"][STAGE_ONE]["low"] = "n/a"
+    path.write_text(json.dumps(record))
+    with pytest.raises(InputError, match=rf"draw.json: field 'comparisons.{STAGE_ONE}.low': expected a number"):
         summary(run, "tiny")
-    paper.write_text(paper.read_text().replace("| n/a |", "| not evaluated |"))
+    record["comparisons"][STAGE_ONE].update(diff=None, low=None, high=None)  # a pair the report could not measure
+    path.write_text(json.dumps(record))
     assert summary(run, "tiny")[-1].startswith("  | - | - | - | ")
     (run / "reports" / "metrics.json").write_text("{")
     with pytest.raises(InputError, match=r"metrics.json, line 1: not valid JSON"):

@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError
-from pipeline.report.comparisons import Gap
-from pipeline.report.results import Results
+
+if TYPE_CHECKING:  # the draw command reads records through check_record without the evaluation's imports
+    from pipeline.report.comparisons import Gap
+    from pipeline.report.results import Results
 
 SCHEMA = 1
 
