@@ -82,7 +82,8 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     reference = models[0][0]
-    print(f"{'held-out' if heldout else 'dev'}, {workflow} ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to "
+    questions = "held-out" if heldout else "dev"
+    print(f"{questions}, {workflow} ({len(dev)} questions x {RUNS} runs, eval seed {SEED}): macro avg@{RUNS} gap to "
           f"{reference}, paired bootstrap 95% interval")
     for label, _, _ in models[1:]:
         gap = paired_bootstrap(scores, reference, label, draws=DRAWS, seed=0, level=0.95)
