@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import statistics
 
 import pandas as pd
 import pytest
@@ -187,8 +188,12 @@ def test_the_section_lists_each_draws_interval_and_counts_those_above_zero(run):
     this_run = _gap_record(record, (1.5, 0.25, 2.75))
     rows = ad.draw_rows(kept, this_run, "b" * 40)
     assert [r.name for r in rows] == ["above", "across", "below", "other-set", "unmeasured", "this run"]
+    same_test_set = [2.0, 0.5, -2.5, 1.5]
     assert ad.count_line(rows, key) == ("Interval above 0 in 3 of 5 draws (below 0 in 1, including 0 in 1). "
-                                        "On this run's test set: above 0 in 2 of 4.")
+                                        "On this run's test set: above 0 in 2 of 4. Mean gap over these 4 draws "
+                                        f"{statistics.mean(same_test_set):+.2f}, standard deviation between draws "
+                                        f"{statistics.stdev(same_test_set):.2f}.")
+    assert ad.count_line(rows[-1:], key) == "Interval above 0 in 1 of 1 draws (below 0 in 0, including 0 in 0)."
 
     md = ad.across_draws_section(rows, "ci", 95, 4, ad.DRAWS_FIGURE)
     table = md.split("**C-MAS + RL (Teacher) - C-MAS base**")[1].split("**MultiAgent-OPD")[0]

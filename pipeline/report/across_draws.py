@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,10 @@ def count_line(rows: Sequence[DrawRow], key: str) -> str:
     same = [(r, g) for r, g in measured if not r.other_test_set]
     if len(same) < len(measured):
         line += f" On this run's test set: above 0 in {counts(same)[0]} of {len(same)}."
+    if len(same) >= 2:  # the spread between training runs, which no single draw's interval shows
+        diffs = [g[0] for _, g in same]
+        line += (f" Mean gap over {'these' if len(same) < len(measured) else 'the'} {len(same)} draws "
+                 f"{statistics.mean(diffs):+.2f}, standard deviation between draws {statistics.stdev(diffs):.2f}.")
     return line
 
 
