@@ -393,8 +393,8 @@ def read_draw_report(path: Path, profile: str) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        raise InputError(f"{path}: no draw report; run the draw first (python scripts/draw.py run ...), "
-                         "which ends with the report stage writing it") from None
+        raise InputError(f"{path}: no draw report; the report stage writes it (`make repro` in a checkout, "
+                         "`python scripts/draw.py run ...` for a draw's workspace)") from None
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from None
     try:

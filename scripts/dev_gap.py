@@ -29,7 +29,6 @@ import pandas as pd
 
 from pipeline.config import Params, load_params, workflow_config
 from pipeline.data.heldout import composition, held_out_questions
-from pipeline.data.world import WorldConfig
 from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.records import per_question_scores
@@ -37,6 +36,7 @@ from pipeline.eval.run import evaluate_system
 from pipeline.io import write_parquet
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
+from pipeline.stages.sources import world
 
 RUNS, SEED, DRAWS, SHARD = 4, 1, 4000, 32
 WORKFLOWS = ("cascade", "hierarchy")
@@ -52,8 +52,7 @@ def held_out_split(params: Params, n: int, out: Path) -> pd.DataFrame:
     if params.data.source != "synthetic":
         raise InputError(f"dev_gap: --heldout needs the synthetic world; profile {params.profile!r} reads "
                          f"{params.data.source} data (its dev split is the held-out set there)")
-    world = WorldConfig.from_dict(dict(params.data.world), where=f"params.yaml: {params.profile}.data.world")
-    questions = held_out_questions(world, composition(dict(params.data.test_quotas), n))
+    questions = held_out_questions(world(params), composition(dict(params.data.test_quotas), n))
     write_parquet(out / "heldout.parquet", questions)
     return questions
 

@@ -33,16 +33,17 @@ def test_composition_keeps_the_quotas_proportions_and_the_total():
 
 
 def test_held_out_questions_are_new_to_every_pool_and_the_same_each_time():
-    cfg = WorldConfig(seed=7, **SMALL)
+    world = generate_world(WorldConfig(seed=7, **SMALL))
     sizes = composition(PAPER, 140)
-    heldout = held_out_questions(cfg, sizes)
+    heldout = held_out_questions(world, sizes)
     assert list(heldout.columns) == COLUMNS
     assert heldout.groupby("dataset").size().to_dict() == sizes
     assert set(heldout["split"]) == {"heldout"} and heldout["id"].is_unique
     assert heldout["norm_question"].tolist() == [normalize_question(q) for q in heldout["question"]]
     assert heldout["norm_question"].is_unique
-    pools = {normalize_question(q) for q in generate_world(cfg).questions["question"]}
+    pools = {normalize_question(q) for q in world.questions["question"]}
     assert not pools & set(heldout["norm_question"])
     assert all(json.loads(h) for h in heldout["hops"])
-    assert heldout.equals(held_out_questions(cfg, sizes))
-    assert not heldout["question"].equals(held_out_questions(WorldConfig(seed=8, **SMALL), sizes)["question"])
+    assert heldout.equals(held_out_questions(generate_world(WorldConfig(seed=7, **SMALL)), sizes))
+    other = held_out_questions(generate_world(WorldConfig(seed=8, **SMALL)), sizes)
+    assert not heldout["question"].equals(other["question"])

@@ -253,7 +253,7 @@ def test_keep_refuses_a_missing_or_malformed_draw_report_naming_the_file(tmp_pat
     root = tmp_path / "root"
     ws = _workspace(tmp_path, None)
     path = ws / "reports" / "tiny" / "draw.json"
-    with pytest.raises(InputError, match=rf"{path}: no draw report; run the draw first"):
+    with pytest.raises(InputError, match=rf"{path}: no draw report; the report stage writes it"):
         keep_draw(ws, root, "tiny")
     path.write_text('{"schema": 1, "profile": ')
     with pytest.raises(InputError, match=rf"{path}, line 1: not valid JSON"):
@@ -336,7 +336,8 @@ def test_the_cli_keeps_and_lists_and_says_error_on_bad_input(tmp_path):
     (ws / "reports" / "tiny" / "draw.json").unlink()
     failed = _cli("keep", str(ws), cwd=root)
     assert failed.returncode == 1
-    assert failed.stderr.startswith("error: ") and "draw.json: no draw report; run the draw first" in failed.stderr
+    assert failed.stderr.startswith("error: ")
+    assert "draw.json: no draw report; the report stage writes it" in failed.stderr
     bad = _cli("run", "--seed-set", "G", "--precision", "fp16", cwd=root)
     assert bad.returncode == 2 and "invalid choice: 'fp16'" in bad.stderr
 

@@ -2,7 +2,7 @@
 
 The dev split is drawn from the training pools, so it holds the training datasets only (NQ and
 HotpotQA), while five of the test's seven datasets are never trained on. `held_out_questions`
-re-draws the synthetic world of a profile and asks it for new questions in the test's
+asks the synthetic world of a profile for new questions in the test's
 composition, from a generator stream the world itself never uses, keeping only questions whose
 normalised text differs from every train and test pool question (planted duplicates included):
 none is a training, dev or test question, so choosing a setting on them is not choosing on test.
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.data.normalize import normalize_question
-from pipeline.data.world import WorldConfig, generate_world
+from pipeline.data.world import World
 from pipeline.data.world_questions import QuestionMaker, hops_json, make_pool
 from pipeline.domain import DATASETS
 from pipeline.errors import InputError
@@ -42,11 +42,11 @@ def composition(quotas: Mapping[str, int], total: int) -> dict[str, int]:
     return {d: sizes[d] for d in DATASETS if sizes.get(d, 0) > 0}
 
 
-def held_out_questions(cfg: WorldConfig, sizes: Mapping[str, int]) -> pd.DataFrame:
-    """`sizes[dataset]` new questions per dataset from the world of `cfg`, in the splits' columns."""
-    world = generate_world(cfg)
+def held_out_questions(world: World, sizes: Mapping[str, int]) -> pd.DataFrame:
+    """`sizes[dataset]` new questions per dataset from `world`, in the splits' columns."""
     seen = {normalize_question(q) for q in world.questions["question"]}
-    maker = QuestionMaker(world.kb, np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(STREAM + 1)[STREAM]))
+    stream = np.random.SeedSequence(world.config.seed).spawn(STREAM + 1)[STREAM]
+    maker = QuestionMaker(world.kb, np.random.default_rng(stream))
     rows = []
     for dataset in DATASETS:
         for k, q in enumerate(make_pool(maker, dataset, sizes.get(dataset, 0), seen, SPLIT)):
