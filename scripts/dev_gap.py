@@ -2,9 +2,11 @@
 
 Scores every model in one workflow (cascade: the Teacher's; hierarchy: the Stage-II systems') on
 all dev questions x 4 runs with one eval seed, so the models share their random numbers (common
-random numbers, as the test evaluation does), then prints each model's EM, searches per workflow
-and forced-answer share, and its macro avg@4 gap to the first one with its paired bootstrap 95%
-interval. Each model's records go under OUT/<label> (evaluate_system's shards; a rerun resumes).
+random numbers, as the test evaluation does), then prints each model's EM, searches per workflow,
+forced-answer share and the funnel's role figures (Searcher fidelity, searches per Searcher call and
+per 2-hop question; pipeline.eval.funnel), and its macro avg@4 gap and Searcher-fidelity gap to the
+first one with their paired bootstrap 95% intervals. Each model's records go under OUT/<label>
+(evaluate_system's shards; a rerun resumes).
 Dev only: it decides nothing on test. `--heldout N` scores N held-out questions of the test's
 seven-dataset composition instead of the dev split, which holds the training datasets only
 (pipeline/data/heldout.py: new questions of the profile's synthetic world, none a train, dev or test
@@ -31,6 +33,7 @@ from pipeline.config import Params, load_params, workflow_config
 from pipeline.data.heldout import composition, held_out_questions
 from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
+from pipeline.eval.funnel_metrics import BY_KEY, category_of, has_funnel, paired_rate_gap, rate_value
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
 from pipeline.io import write_parquet
@@ -57,6 +60,17 @@ def held_out_split(params: Params, n: int, out: Path) -> pd.DataFrame:
     return questions
 
 
+def role_figures(records: pd.DataFrame) -> str:
+    """The funnel's role-level figures of one model's records (pipeline.eval.funnel_metrics)."""
+    if not has_funnel(records):
+        return ""
+    two_hop = records[[category_of(f, n) == "2-hop" for f, n in zip(records["family"], records["n_hops"])]]
+    fidelity = rate_value(records, BY_KEY["searcher_fidelity"])
+    return (f", Searcher fidelity {'-' if fidelity is None else f'{fidelity:.1f}%'}, "
+            f"{rate_value(records, BY_KEY['searches_per_searcher_call']):.2f} searches per Searcher call"
+            + (f", {two_hop['search_actions'].mean():.2f} searches per 2-hop question" if len(two_hop) else ""))
+
+
 def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "cascade", heldout: int = 0) -> None:
     if len(models) < 2:
         raise InputError("dev_gap: give OUT and at least two label=model_dir arguments (the first is the reference)")
@@ -77,7 +91,7 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
         source = f"{REFERENCE if reference else ''}{model}"
         print(f"{label} ({source}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
               f"{r['search_actions'].mean():.2f} searches per workflow, "
-              f"forced answers {100 * r['forced_answer'].astype(float).mean():.1f}% "
+              f"forced answers {100 * r['forced_answer'].astype(float).mean():.1f}%{role_figures(r)} "
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     reference = models[0][0]
@@ -86,7 +100,15 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
           f"{reference}, paired bootstrap 95% interval")
     for label, _, _ in models[1:]:
         gap = paired_bootstrap(scores, reference, label, draws=DRAWS, seed=0, level=0.95)
-        print(f"  {label} - {reference}: {gap['diff']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}]")
+        line = f"  {label} - {reference}: {gap['diff']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}]"
+        both = pd.concat([records[0], records[[m[0] for m in models].index(label)]], ignore_index=True)
+        if has_funnel(both):
+            fidelity = paired_rate_gap(both, label, reference, BY_KEY["searcher_fidelity"], draws=DRAWS, seed=0,
+                                       level=0.95)
+            if fidelity is not None:
+                line += (f"; Searcher fidelity {fidelity['diff']:+.2f} points "
+                         f"[{fidelity['low']:+.2f}, {fidelity['high']:+.2f}]")
+        print(line)
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

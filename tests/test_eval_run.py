@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from pipeline.errors import InputError
+from pipeline.eval.funnel import FUNNEL_COLUMNS
 from pipeline.eval.run import evaluate_system, shard_path, shard_seed
 from pipeline.eval.scoring import RECORD_COLUMNS, run_of
 from tests.configs import workflow_cfg
@@ -63,7 +64,7 @@ def test_one_record_per_question_and_run_with_contract_columns(tmp_path):
     records = pd.read_parquet(tmp_path / "records.parquet")
     assert len(records) == 32 and result.shards == 3 and result.computed == 3
     assert not records.duplicated(["question_id", "run"]).any()
-    assert set(CONTRACT) <= set(records.columns) and list(records.columns) == RECORD_COLUMNS
+    assert set(CONTRACT) <= set(records.columns) and list(records.columns) == RECORD_COLUMNS + FUNNEL_COLUMNS
     assert sorted(records["run"].unique()) == [0, 1, 2, 3]
     assert (records["system"] == "h_mas_base").all() and (records["dataset"] == "nq").all()
     assert records.groupby("question_id").size().eq(4).all()

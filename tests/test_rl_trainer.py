@@ -342,11 +342,13 @@ def test_dev_evaluation_samples_with_one_seed_for_every_system(monkeypatch):
     seeds: list[int] = []
     monkeypatch.setattr(trainer, "run_workflow", lambda *args, seed, **kw: seeds.append(seed) or "rollout")
     monkeypatch.setattr(trainer, "score_rollout", lambda rollout: pd.DataFrame(
-        {"strict_correct": [1.0, 0.0], "search_actions": [1, 0], "format_failure": [0.0, 0.0]}))
+        {"strict_correct": [1.0, 0.0], "search_actions": [1, 0], "format_failure": [0.0, 0.0],
+         "searcher_calls": [1, 1], "searcher_calls_read": [1, 0], "searcher_calls_kept": [1, 0]}))
     inputs = TrainInputs(policy=None, retriever=None, train_questions=questions(2), dev_questions=questions(2, "d"))
     for system_seed in (7, 108, 613):
         out = trainer.dev_evaluate(tiny_config("multiagent_opd", seed=system_seed).dev, "hierarchy", inputs)
         assert out["dev_em"] == 0.5 and out["dev_no_search_share"] == 0.5
+        assert out["dev_searcher_fidelity"] == 1.0 and out["dev_searches_per_searcher_call"] == 0.5
     assert seeds == [11, 11, 11]
 
 

@@ -59,6 +59,7 @@ class SearcherAgent:
         text = observation_text(passages)
         ids = list(backend.encode(text))
         self.call.segments.append(Segment("observation", ids, [0.0] * len(ids), text))
+        self.call.passages.extend(passages)
         body = format_information(passages)
         self.call.passages_text = f"{self.call.passages_text}\n{body}" if self.call.passages_text else body
 

@@ -89,11 +89,13 @@ class Team:
                 self.prompts.searcher_prompt(task), task=task,
             )
             report_id = f"R{len(self.reports) + slot + 1}"
+            call.report_id = report_id
             self.searchers.append(SearcherAgent(call, report_id, self.cfg.max_searcher_turns))
 
     def _start_answer(self, reports: list[ReportLine], step: int, forced: bool) -> None:
         self.phase = "answerer"
         self.traj.forced_answer = forced
+        self.traj.handed = [r.report_id for r in reports]
         call_id, self._next_call_id = self._next_call_id, self._next_call_id + 1
         request_id = f"{self.traj.trajectory_id}/a0"
         wave = -1 if self.traj.workflow == "cascade" else self.traj.waves

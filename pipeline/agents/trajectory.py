@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipeline.retrieval.base import Passage
+
 if TYPE_CHECKING:
     from pipeline.agents.workflow_config import WorkflowConfig
-
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Call:
     report: str = ""  # Searcher: its report text ("" when none)
     queries: list[str] = field(default_factory=list)
     passages_text: str = ""  # Searcher: the information bodies it received, for the judge
+    passages: list[Passage] = field(default_factory=list)  # Searcher: every passage it read, in order
+    report_id: str = ""  # Searcher: how the Leader and the Answerer name its report (R1, R2, ...)
     n_turns: int = 0  # generation requests (a Searcher continues once per search)
     input_tokens: int = 0  # sum of context lengths over its turns
     output_tokens: int = 0
@@ -80,11 +83,14 @@ class Trajectory:
     dataset: str
     question: str
     golden_answers: list[str]
+    hops: list[dict[str, str]] | None = None  # the question's hops (question, answer, title); None: unknown
+    family: str = ""  # single-hop | bridge | composition | comparison; "" when unknown
     calls: list[Call] = field(default_factory=list)
     c_tool: int = 0
     forced_answer: bool = False
     steps: int = 0  # environment steps used, the Answerer's included
     waves: int = 0  # Leader dispatch waves (0 in the cascade)
+    handed: list[str] = field(default_factory=list)  # the report ids the Answerer was given
 
     def calls_of(self, role: str) -> list[Call]:
         return [c for c in self.calls if c.role == role]

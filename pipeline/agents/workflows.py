@@ -43,6 +43,8 @@ Rules docs/method.md leaves open (our choices):
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -56,8 +58,29 @@ from pipeline.policy.base import PolicyBackend
 from pipeline.retrieval.base import Retriever
 
 
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (isinstance(value, str) and not value)
+
+
+def question_hops(value: Any, where: str) -> list[dict[str, str]] | None:
+    """A question's hops (the synthetic world's `hops` column: a JSON list, or the list itself) as
+    [{question, answer, title}, ...]; None when the question has none (real data)."""
+    if _absent(value):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InputError(f"{where}: field 'hops' is not a JSON list of hops: {exc}") from None
+    hops = list(value) if not isinstance(value, (dict, str)) else None
+    if not hops or not all(isinstance(h, Mapping) and isinstance(h.get("answer"), str) for h in hops):
+        raise InputError(f"{where}: field 'hops' must be a non-empty list of objects with a string 'answer'")
+    return [{k: str(v) for k, v in h.items()} for h in hops]
+
+
 def question_rows(questions: Iterable[Mapping[str, Any]] | Any) -> list[dict[str, Any]]:
-    """Checked question rows: question_id (or splits' `id`), question, golden_answers, dataset."""
+    """Checked question rows: question_id (or splits' `id`), question, golden_answers, dataset, and
+    where the question carries them (the synthetic world), its hops and family."""
     if hasattr(questions, "to_dict"):  # a pandas DataFrame
         questions = questions.to_dict("records")
     rows: list[dict[str, Any]] = []
@@ -81,6 +104,8 @@ def question_rows(questions: Iterable[Mapping[str, Any]] | Any) -> list[dict[str
                 "question": text,
                 "golden_answers": [str(g) for g in golden],
                 "dataset": str(q.get("dataset", "") or ""),
+                "hops": question_hops(q.get("hops"), f"questions[{i}] ({qid})"),
+                "family": "" if _absent(q.get("family")) else str(q.get("family")),
             }
         )
     return rows
@@ -98,7 +123,7 @@ def make_teams(workflow: str, questions: Iterable[Mapping[str, Any]] | Any, back
             Trajectory(
                 trajectory_id=f"{row['question_id']}/t{k}", question_id=row["question_id"],
                 workflow=workflow, dataset=row["dataset"], question=row["question"],
-                golden_answers=row["golden_answers"],
+                golden_answers=row["golden_answers"], hops=row["hops"], family=row["family"],
             ),
             cfg, prompts, backend, seed,
         )

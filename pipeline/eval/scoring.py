@@ -17,6 +17,7 @@ from pipeline.agents.trajectory import Rollout
 from pipeline.errors import InputError
 from pipeline.eval.em import exact_match
 from pipeline.eval.extraction import flexible_answer, strict_answer
+from pipeline.eval.funnel import FUNNEL_COLUMNS, trajectory_funnel
 
 RECORD_COLUMNS = [
     "system", "question_id", "dataset", "run", "strict_answer", "flexible_answer",
@@ -73,7 +74,26 @@ def score_trajectories(
     return records
 
 
+_FUNNEL_BOOL = ("answer_retrieved", "answer_reported", "handed")
+_FUNNEL_INT = ("searcher_calls", "searcher_calls_read", "searcher_calls_kept", "leader_waves")
+
+
+def funnel_table(rollout: Rollout) -> pd.DataFrame:
+    """The funnel columns of every trajectory (pipeline.eval.funnel), in the rollout's order."""
+    table = pd.DataFrame([trajectory_funnel(t) for t in rollout.trajectories], columns=FUNNEL_COLUMNS)
+    for column in _FUNNEL_BOOL:
+        table[column] = table[column].astype(bool)
+    for column in _FUNNEL_INT:
+        table[column] = table[column].astype(np.int64)
+    table["n_hops"] = table["n_hops"].astype("Int64")
+    table["bridge_used"] = table["bridge_used"].astype("boolean")
+    table["family"] = table["family"].astype(object)
+    return table
+
+
 def score_rollout(rollout: Rollout, system: str = "") -> pd.DataFrame:
-    """Evaluation records of every trajectory of a rollout, scored against its questions' gold."""
+    """Evaluation records of every trajectory of a rollout, scored against its questions' gold,
+    with each workflow's funnel (pipeline.eval.funnel)."""
     golden = {t.question_id: t.golden_answers for t in rollout.trajectories}
-    return score_trajectories(trajectory_table(rollout), golden, system)
+    records = score_trajectories(trajectory_table(rollout), golden, system)
+    return pd.concat([records, funnel_table(rollout)], axis=1)

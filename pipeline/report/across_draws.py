@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.eval.funnel_metrics import RATES
 from pipeline.report import comparisons as cmp
-from pipeline.report import figures
+from pipeline.report import figures, points
 from pipeline.report import published as pub
 from pipeline.report.draw_record import check_record, comparison_key
 from pipeline.report.tables import markdown
@@ -222,10 +223,41 @@ def across_draws_section(rows: Sequence[DrawRow], profile: str, level: int, runs
         parts.append(f"**{comparison_title(key)}** ({pub.LABEL}: "
                      f"{cmp.format_published(cmp.published_gap(target, baseline))})\n\n"
                      f"{comparison_table(rows, key, level)}\n\n{count_line(rows, key)}")
+    parts.append(role_level_section(rows, level))
     parts.append(f"**Per draw.** Forced answers: whether every Stage-II system's share of workflows whose answer "
                  f"was forced lies within {FORCED_WITHIN:.0f} points of H-MAS base's. Dev Searcher KL: "
                  f"MultiAgent-OPD's KL to the Stage-I Teacher at the first and last point of training, and its "
                  f"fall in percent (target: at least {KL_FALL_TARGET:.0f}%).\n\n{per_draw_table(rows)}")
+    return "\n\n".join(parts)
+
+
+def role_gap(row: DrawRow, pair: str, rate: str) -> tuple[float, float, float] | None:
+    funnel = row.record.get("funnel")
+    entry = ((funnel or {}).get("comparisons") or {}).get(pair) or {}
+    gap = entry.get(rate)
+    return None if gap is None else (float(gap["diff"]), float(gap["low"]), float(gap["high"]))
+
+
+def role_level_section(rows: Sequence[DrawRow], level: int) -> str:
+    """One table per role-level rate (pipeline.report.points): a row per draw, a column per
+    comparison, and the count of intervals above 0; draws made before the funnel say so."""
+    pairs = [(points.pair_key(t, b), f"{BY_NAME[t].label} - {BY_NAME[b].label}") for t, b in points.PAIRS]
+    parts = [f"**Role-level comparisons** (section *Where the points go*): each gap with its {level}% paired "
+             f"interval, in every draw whose evaluation records have the funnel; older draws: {NOT_MEASURED}."]
+    for rate in RATES:
+        body = []
+        for r in rows:
+            cells = []
+            for key, _ in pairs:
+                gap = role_gap(r, key, rate.key)
+                cells.append(NOT_MEASURED if gap is None else f"{gap[0]:+.2f} [{gap[1]:.2f}, {gap[2]:.2f}]")
+            body.append([_cell(r.label), *cells])
+        counts = []
+        for key, _ in pairs:
+            measured = [g for r in rows if (g := role_gap(r, key, rate.key)) is not None]
+            counts.append(f"{sum(g[1] > 0 for g in measured)} of {len(measured)}" if measured else NOT_MEASURED)
+        body.append(["interval above 0", *counts])
+        parts.append(f"*{rate.title}*\n\n" + markdown((["draw", *(title for _, title in pairs)], body)))
     return "\n\n".join(parts)
 
 

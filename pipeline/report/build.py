@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline.config import Params
 from pipeline.draw_identity import draw_tags
+from pipeline.eval.funnel_metrics import CATEGORIES as FUNNEL_CATEGORIES
 from pipeline.io import atomic_dir, write_json, write_text
 from pipeline.report import comparisons as cmp
 from pipeline.report import figures
@@ -24,6 +25,8 @@ from pipeline.report.intervals import macro_intervals
 from pipeline.report.metrics_json import metrics_dict
 from pipeline.report.mlflow_runs import read_mlflow
 from pipeline.report.paper import Provenance, build_markdown, to_html
+from pipeline.report.points import FIGURE as FUNNEL_FIGURE
+from pipeline.report.points import measure_points, points_section, record_entry
 from pipeline.report.results import Results, compute_results
 from pipeline.report.scale import measure_scale, scale_section
 from pipeline.report.tables import latex_main_table, markdown
@@ -95,14 +98,16 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
     folder = root / "reports" / params.profile
     gaps = cmp.measure_gaps(loaded.records, results.present, ev.runs, ev.bootstrap_draws, ev.bootstrap_seed,
                             ev.confidence)
+    points = measure_points(loaded.records, loaded.funnel, ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
     sizes, dedup, commit = split_sizes(root), dedup_counts(root), git_commit(root)
     questions = int(intervals["questions"].max()) if len(intervals) else sizes.get("test", 0)
     record = draw_record(profile=params.profile, tags=draw_tags(root, params.profile), test_questions=questions,
-                         level=level, results=results, gaps=gaps, kl_ends=cmp.searcher_kl_ends(curves), dedup=dedup)
+                         level=level, results=results, gaps=gaps, kl_ends=cmp.searcher_kl_ends(curves), dedup=dedup,
+                         funnel=record_entry(points))
     draws = draw_rows(load_draws(folder / "draws", params.profile), record, commit)
 
     curve_files = write_curve_files(curves, CURVE_METRICS, folder / "curves")
-    write_metric_files(results, intervals, folder / "metrics")
+    write_metric_files(results, intervals, folder / "metrics", points)
     write_plot_files(results, intervals, BY_NAME[ev.target_system].label, folder / "plots")
     figure_names = []
     with atomic_dir(folder / "figures") as tmp:
@@ -114,6 +119,7 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
             figures.gaps_with_intervals(results.gaps, pub.GAPS, ev.target_system, level,
                                         int(intervals["questions"].max()), tmp / "gaps.png")
             figure_names.append("figures/gaps.png")
+        funnel_drawn = figures.funnel_bars(points.table, FUNNEL_CATEGORIES, tmp / Path(FUNNEL_FIGURE).name)
         if curves:
             dev = [m for m in CURVE_METRICS if m.key.startswith("dev_")]
             if figures.training_curves(curves, dev, tmp / "training_dynamics.png"):
@@ -136,6 +142,8 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
                             ev.target_system, dedup),
         comparisons=comparisons_md,
+        points=points_section(points, results.present, level, ev.bootstrap_draws,
+                              FUNNEL_FIGURE if funnel_drawn else None),
         across_draws=across_draws_section(draws, params.profile, level, ev.runs, DRAWS_FIGURE if forest else None),
         departures=departures(params),
     )
@@ -144,8 +152,9 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
     write_text(folder / "paper.html", to_html(md, f"MultiAgent-OPD report ({params.profile})", folder))
     write_text(folder / "main_table.tex", latex_main_table(results, params.profile))
     write_json(folder / DRAW_FILE, record)
-    metrics = metrics_dict(results, params.profile)
+    metrics = metrics_dict(results, params.profile, points)
     metrics_path = root / "reports" / "metrics.json"
     write_json(metrics_path, metrics)
     return ReportOutput(results, metrics, folder, metrics_path, len(runs), list(curves),
-                        figure_names + ([DRAWS_FIGURE] if forest else []), time.perf_counter() - start)
+                        figure_names + ([DRAWS_FIGURE] if forest else []) + ([FUNNEL_FIGURE] if funnel_drawn else []),
+                        time.perf_counter() - start)

@@ -6,7 +6,9 @@ draws: every evaluated system's macro avg@k, its forced-answer share, the paper'
 comparisons as paired-bootstrap gaps beside the published value, each Stage-II system's dev
 Searcher KL at its first and last point, and the splits' dedup counts. The draw command
 (scripts/draw.py) keeps a copy under reports/<profile>/draws/, adding name, commit, date,
-stage_minutes and peak_rss_mb; `check_record` reads those too.
+stage_minutes and peak_rss_mb; `check_record` reads those too. Since the funnel (pipeline.eval.funnel),
+a record also holds each system's role-level rates and the paired gaps of the role-level comparisons
+(`funnel`); older records lack the field, and the report says "not measured" for them.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ def _column(results: Results, table: str, column: str) -> dict[str, float | None
 
 def draw_record(*, profile: str, tags: Mapping[str, str], test_questions: int, level: int, results: Results,
                 gaps: Sequence[Gap], kl_ends: Mapping[str, tuple[tuple[int, float], tuple[int, float]]],
-                dedup: Mapping[str, int] | None) -> dict[str, Any]:
+                dedup: Mapping[str, int] | None, funnel: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The record of this run; `tags`: pipeline.draw_identity.draw_tags, `gaps`:
-    pipeline.report.comparisons.measure_gaps, `kl_ends`: comparisons.searcher_kl_ends."""
+    pipeline.report.comparisons.measure_gaps, `kl_ends`: comparisons.searcher_kl_ends, `funnel`:
+    pipeline.report.points.record_entry (None: no system's records have the funnel)."""
     return {
         "schema": SCHEMA,
         "profile": profile,
@@ -62,7 +65,16 @@ def draw_record(*, profile: str, tags: Mapping[str, str], test_questions: int, l
         "dev_searcher_kl": {system: {"first": _num(first[1]), "last": _num(last[1])}
                             for system, (first, last) in kl_ends.items()},
         "dedup": dict(dedup) if dedup is not None else None,
+        "funnel": _funnel(funnel),
     }
+
+
+def _funnel(funnel: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if funnel is None:
+        return None
+    return {"rates": {s: {k: _num(v) for k, v in rates.items()} for s, rates in funnel["rates"].items()},
+            "comparisons": {key: {rate: None if gap is None else {n: _num(gap[n]) for n in ("diff", "low", "high")}
+                                  for rate, gap in entry.items()} for key, entry in funnel["comparisons"].items()}}
 
 
 # --------------------------------------------------------------------------- reading a kept draw
@@ -154,4 +166,22 @@ def check_record(data: Any, path: Path, profile: str) -> dict[str, Any]:
             c.get(entry, name, "num", f"dev_searcher_kl.{system}.")
     for reason, value in (data["dedup"] or {}).items():
         c.need(value, f"dedup.{reason}", "int")
+    _check_funnel(c, data.get("funnel"))
     return data
+
+
+def _check_funnel(c: _Checker, funnel: Any) -> None:
+    """The optional `funnel` field (draws made before it existed have none)."""
+    if funnel is None:
+        return
+    c.need(funnel, "funnel", "obj")
+    for system, rates in c.get(funnel, "rates", "obj", "funnel.").items():
+        c.need(rates, f"funnel.rates.{system}", "obj")
+        for key, value in rates.items():
+            c.need(value, f"funnel.rates.{system}.{key}", "num?")
+    for key, entry in c.get(funnel, "comparisons", "obj", "funnel.").items():
+        c.need(entry, f"funnel.comparisons.{key}", "obj")
+        for rate, gap in entry.items():
+            c.need(gap, f"funnel.comparisons.{key}.{rate}", "obj?")
+            for name in ("diff", "low", "high") if gap is not None else ():
+                c.get(gap, name, "num", f"funnel.comparisons.{key}.{rate}.")

@@ -1,8 +1,8 @@
 """What `dvc metrics show` and `dvc plots show` read, besides the curves.
 
 - `reports/<profile>/metrics/<system>.json`: one small file per system, so `dvc metrics
-  show` prints one row per system: macro avg@k with its interval, pass@k, all@k, and the
-  paired gap target - system with its interval.
+  show` prints one row per system: macro avg@k with its interval, pass@k, all@k, the paired
+  gap target - system with its interval, and the funnel's role-level rates.
 - `reports/<profile>/plots/`: the macro table (`macro.csv`) and the paired gaps
   (`gaps.csv`) as intervals, both with the columns system, measure, low, high, value;
   dvc.yaml draws every file of the folder with one template.
@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.eval.funnel_metrics import RATES
 from pipeline.io import atomic_dir
+from pipeline.report.points import Points
 from pipeline.report.results import Results
 
 PLOT_COLUMNS = ["system", "measure", "low", "high", "value"]  # the value last: DVC's default y
@@ -42,11 +44,15 @@ def headline(results: Results, intervals: pd.DataFrame) -> dict[str, dict[str, f
     return out
 
 
-def write_metric_files(results: Results, intervals: pd.DataFrame, folder: Path) -> None:
+def write_metric_files(results: Results, intervals: pd.DataFrame, folder: Path, points: Points | None = None) -> None:
+    """One file per system: the headline, and where its records have the funnel, the Searcher's
+    fidelity, searches per Searcher call and the Answerer's accuracy on what it was handed."""
     import json
 
     with atomic_dir(folder) as tmp:
         for system, row in headline(results, intervals).items():
+            if points is not None and system in points.systems:
+                row.update({r.key: _num(points.rate(system, r.key)) for r in RATES})
             (tmp / f"{system}.json").write_text(json.dumps(row, indent=2) + "\n")
 
 

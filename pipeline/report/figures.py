@@ -270,3 +270,46 @@ def draws_forest(labels: Sequence[str], comparisons: Sequence[tuple[str, str, st
     else:
         fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=FONT_PT, frameon=False)
     return _save(fig, path)
+
+
+# correct, then the steps where a wrong workflow was lost, from the Answerer back to retrieval
+FUNNEL_SEGMENTS = (("correct", "#2e7d32"), ("lost at Answerer", "#a5d6a7"), ("lost at hand-off", "#ffcc80"),
+                   ("lost at report", "#ef9a9a"), ("lost at retrieval", "#bdbdbd"))
+
+
+def funnel_bars(table: pd.DataFrame, categories: Sequence[str], path: Path, columns: int = 2) -> Layout | None:
+    """One panel per kind of question (`categories` present in `table`, a
+    pipeline.eval.funnel_metrics.funnel_table), one horizontal bar per system: its workflows'
+    share answered correctly, then the shares lost at each step, adding up to 100. None (nothing
+    drawn) when the table has none of the categories."""
+    drawn = [c for c in categories if (table["category"] == c).any()] if len(table) else []
+    if not drawn:
+        return None
+    columns = max(1, min(columns, len(drawn)))
+    rows = math.ceil(len(drawn) / columns)
+    systems = list(dict.fromkeys(table["system"]))
+    y = list(range(len(systems)))[::-1]
+    fig, axes = _figure(rows, columns, (0.32 * len(systems) + 1.3) * rows + 0.8, sharex=True)
+    for ax, category in zip(axes.flat, drawn):
+        part = table[table["category"] == category].set_index("system")
+        for yi, system in zip(y, systems):
+            if system not in part.index:
+                continue
+            left = 0.0
+            for column, colour in FUNNEL_SEGMENTS:
+                value = float(part.loc[system, column])
+                ax.barh(yi, value, left=left, color=colour, height=0.7)
+                left += value
+        n = int(part["workflows"].max()) if len(part) else 0
+        ax.set_title(_wrap(f"{category} questions ({n:,} workflows per system)", PANEL_CHARS * 2 // columns),
+                     fontsize=FONT_PT)
+        _system_axis(ax, y, systems)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("percent of workflows", fontsize=FONT_PT)
+        ax.tick_params(labelsize=FONT_PT)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in list(axes.flat)[len(drawn):]:
+        ax.set_visible(False)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour, label=label) for label, colour in FUNNEL_SEGMENTS]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=FONT_PT, frameon=False)
+    return _save(fig, path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +20,12 @@ RECORD_COLUMNS = (
     "format_failure", "search_actions", "input_tokens", "output_tokens",
     "has_subtask_and_report", "has_final_answer", "forced_answer",
 )
+# the funnel's per-workflow columns (pipeline.eval.funnel), read where the records have them
+FUNNEL_COLUMNS = (
+    "workflow", "family", "n_hops", "hop_retrieved", "hop_reported", "hop_handed", "answer_retrieved",
+    "answer_reported", "handed", "searcher_calls", "searcher_calls_read", "searcher_calls_kept", "leader_waves",
+    "bridge_used",
+)
 MODEL_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
               "torch_dtype", "dtype")
@@ -30,11 +36,13 @@ class LoadedRecords:
     records: pd.DataFrame  # every present system's records, systems in pipeline.systems order
     present: list[str]
     missing: list[str]
+    funnel: list[str] = field(default_factory=list)  # present systems whose records have the funnel's columns
 
 
 def load_records(root: Path) -> LoadedRecords:
-    """Read data/eval/<system>/records.parquet of every system that has one."""
-    frames, present, missing = [], [], []
+    """Read data/eval/<system>/records.parquet of every system that has one: the columns every
+    report needs, and the funnel's where a system's records have them."""
+    frames, present, missing, funnel = [], [], [], []
     for s in SYSTEMS:
         path = eval_dir(root, s.name) / "records.parquet"
         if not path.is_file():
@@ -48,10 +56,14 @@ def load_records(root: Path) -> LoadedRecords:
         systems = set(frame["system"].unique())
         if systems != {s.name}:
             raise InputError(f"{path}: column 'system' holds {sorted(systems)}; expected only {s.name!r}")
-        frames.append(frame[list(RECORD_COLUMNS)])
+        columns = list(RECORD_COLUMNS)
+        if all(c in frame.columns for c in FUNNEL_COLUMNS):
+            columns += list(FUNNEL_COLUMNS)
+            funnel.append(s.name)
+        frames.append(frame[columns])
         present.append(s.name)
     records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RECORD_COLUMNS))
-    return LoadedRecords(records, present, missing)
+    return LoadedRecords(records, present, missing, funnel)
 
 
 def split_sizes(root: Path) -> dict[str, int]:

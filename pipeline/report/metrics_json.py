@@ -6,9 +6,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pipeline.eval.funnel_metrics import STEPS
+from pipeline.report.points import Points
 from pipeline.report.results import Results
 
 WORKLOAD_KEYS = ("search_actions", "input_tokens", "output_tokens")
+ROLE_KEYS = ("searcher_fidelity", "searches_per_searcher_call", "answerer_accuracy_given_handed",
+             "searcher_calls_per_workflow", "leader_waves_per_workflow", "bridge_share")
 BEHAVIOUR_KEYS = ("no_search_share", "subtask_and_report_share", "final_answer_share", "forced_answer_share",
                   "format_failure_rate_macro", "format_failure_rate_pooled", "rescued_by_flexible")
 
@@ -27,7 +31,7 @@ def _row(frame, system: str) -> dict[str, Any]:
     return {} if rows.empty else rows.iloc[0].to_dict()
 
 
-def metrics_dict(results: Results, profile: str) -> dict[str, Any]:
+def metrics_dict(results: Results, profile: str, points: Points | None = None) -> dict[str, Any]:
     k = results.runs
     keys = (f"avg@{k}", f"pass@{k}", f"all@{k}")
     systems: dict[str, Any] = {}
@@ -43,6 +47,8 @@ def metrics_dict(results: Results, profile: str) -> dict[str, Any]:
             "workload": {key: _num(wl[key]) for key in WORKLOAD_KEYS},
             "behaviour": {key: _num(bh[key]) for key in BEHAVIOUR_KEYS},
         }
+        if points is not None and system in points.systems:
+            systems[system]["funnel"] = funnel_figures(points, system)
 
     def gaps(frame) -> dict[str, Any]:
         return {f"vs_{row.baseline}": {"diff": _num(row.diff), "low": _num(row.low), "high": _num(row.high)}
@@ -56,4 +62,16 @@ def metrics_dict(results: Results, profile: str) -> dict[str, Any]:
         "systems": systems,
         "gaps": gaps(results.gaps),
         "perfect_repair": gaps(results.repair),
+        **({"funnel_gaps": {key: {rate: None if gap is None else {n: _num(v) for n, v in gap.items()}
+                                  for rate, gap in entry.items()} for key, entry in points.gaps.items()}}
+           if points is not None and points.systems else {}),
     }
+
+
+def funnel_figures(points: Points, system: str) -> dict[str, float | None]:
+    """One system's role-level rates and, per kind of question, the share of its workflows at each
+    step of the funnel (`<category>_<step>`, percent)."""
+    out: dict[str, float | None] = {key: _num(points.rate(system, key)) for key in ROLE_KEYS}
+    for row in points.table[points.table["system"] == system].to_dict("records"):
+        out.update({f"{row['category']}_{step}": _num(row[step]) for step in STEPS})
+    return out

@@ -34,6 +34,7 @@ class Provenance:
     data_docs: list[str] = field(default_factory=list)  # index pages, relative to the report folder
     scale: str = ""  # Markdown bullets: at what scale, what it can and cannot show
     comparisons: str = ""  # Markdown: the paper's comparisons measured at this scale
+    points: str = ""  # Markdown: where the points go (each role's share of the score)
     across_draws: str = ""  # Markdown: the same comparisons in every kept draw and this run
     departures: list[str] = field(default_factory=list)  # Markdown: training settings apart from the paper's
 
@@ -126,6 +127,8 @@ def build_markdown(results: Results, prov: Provenance) -> str:
     ]
     if prov.comparisons:
         parts.append(_section("The paper's comparisons at this scale", prov.comparisons))
+    if prov.points:
+        parts.append(_section("Where the points go", prov.points))
     if prov.across_draws:
         parts.append(_section("Across draws", prov.across_draws))
     if prov.departures:

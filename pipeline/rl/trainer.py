@@ -32,7 +32,8 @@ of drawn questions whose trajectories' outcome differs), and the diagnostics of
 pipeline.rl.diagnostics (zero_adv_groups_<role>, tied_groups_<role>, abs_adv_<role>_<grpo|opd>, searcher_kl_sampled,
 no_search_share); dev metrics (at completed-step
 counts): dev_em (strict extraction), dev_no_search_share, format_failure_rate,
-searches_per_workflow, and for Stage-II runs dev_searcher_kl (token-mean KL of the policy to the
+searches_per_workflow, dev_searches_per_searcher_call, dev_searcher_fidelity (the Searcher's
+fidelity, pipeline.eval.funnel), and for Stage-II runs dev_searcher_kl (token-mean KL of the policy to the
 Stage-I Teacher on fixed dev Searcher contexts).
 Training metrics of step s are logged at MLflow step s; dev metrics after k updates at step k.
 """
@@ -284,7 +285,9 @@ def batch_metrics(batch: Batch, system: System, tie_on: str = "reward") -> dict[
 
 def dev_evaluate(dev: DevSettings, workflow: str, inputs: TrainInputs,
                  contexts: Contexts | None = None) -> dict[str, float]:
-    """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow;
+    """Dev EM (strict extraction), no-search share, format-failure rate, searches per workflow,
+    searches per Searcher call and the Searcher's fidelity (pipeline.eval.funnel: the share of
+    Searcher calls that read a hop answer whose report kept it);
     one trajectory and one Answerer candidate per question, the same sampling seed at every
     evaluation of every system (`reference_seed`), so systems that start from the same weights
     start from the same dev EM.
@@ -294,11 +297,14 @@ def dev_evaluate(dev: DevSettings, workflow: str, inputs: TrainInputs,
     rollout = run_workflow(workflow, questions, inputs.policy, inputs.retriever, dev.dev_rollout,
                            n_traj=1, seed=dev.reference_seed)
     records = score_rollout(rollout)
+    calls, read = records["searcher_calls"].sum(), records["searcher_calls_read"].sum()
     return {
         "dev_em": float(records["strict_correct"].mean()),
         "dev_no_search_share": float((records["search_actions"] == 0).mean()),
         "format_failure_rate": float(records["format_failure"].mean()),
         "searches_per_workflow": float(records["search_actions"].mean()),
+        "dev_searches_per_searcher_call": float(records["search_actions"].sum() / calls) if calls else math.nan,
+        "dev_searcher_fidelity": float(records["searcher_calls_kept"].sum() / read) if read else math.nan,
     } | ({} if contexts is None or inputs.reference is None else {
         "dev_searcher_kl": searcher_kl(inputs.policy.model, inputs.reference.model, contexts, inputs.policy.pad_id,
                                        inputs.policy.device, inputs.policy.max_batch_tokens),

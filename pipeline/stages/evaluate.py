@@ -34,7 +34,9 @@ def _file_hash(path: Path) -> str:
 
 def evaluation_metrics(records, runs: int) -> dict[str, float]:
     """The MLflow metrics of an evaluation run: macro and per-dataset `avg_at_k`, `pass_at_k`,
-    `all_at_k` (`macro_avg_at_4`, `nq_avg_at_4`, ...; MLflow keys hold no `@`), format and workload."""
+    `all_at_k` (`macro_avg_at_4`, `nq_avg_at_4`, ...; MLflow keys hold no `@`), format, workload and
+    the funnel's rates (pipeline.eval.funnel_metrics.funnel_metrics)."""
+    from pipeline.eval.funnel_metrics import funnel_metrics
     from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
 
     macro = macro_metrics(records, runs=runs).iloc[0]
@@ -48,6 +50,7 @@ def evaluation_metrics(records, runs: int) -> dict[str, float]:
         "searches_per_workflow": float(wl["search_actions"]),
         "input_tokens_per_workflow": float(wl["input_tokens"]),
         "output_tokens_per_workflow": float(wl["output_tokens"]),
+        **funnel_metrics(records),
     })
     return {k.replace("@", "_at_"): v for k, v in metrics.items()}
 
