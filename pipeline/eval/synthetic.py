@@ -41,3 +41,34 @@ def synthetic_records(system: str, accuracy: float, quotas: Mapping[str, int], r
         "has_final_answer": ~failed,
         "forced_answer": rng.random(n * runs) < 0.05,
     })
+
+
+def with_funnel(records: pd.DataFrame, workflow: str, fidelity: float = 0.5, seed: int = 0) -> pd.DataFrame:
+    """`records` with the funnel's columns (pipeline.eval.funnel): kinds of question by question
+    index, steps that a correct workflow mostly passed, Searcher calls of which a share `fidelity`
+    kept the hop answer they read."""
+    rng = np.random.default_rng(seed)
+    n = len(records)
+    index = records["question_id"].str.extract(r"q(\d+)$")[0].astype(int).to_numpy()
+    kinds = np.array(["single-hop", "bridge", "composition", "comparison"])[index % 4]
+    hops = np.where(kinds == "single-hop", 1, np.where(kinds == "composition", 3, 2))
+    correct = records["strict_correct"].to_numpy(bool)
+    retrieved = correct | (rng.random(n) < 0.6)
+    reported = retrieved & (correct | (rng.random(n) < 0.5))
+    handed = reported & (correct | (rng.random(n) < 0.7))
+    calls = rng.integers(1, 4, n) if workflow == "hierarchy" else np.ones(n, dtype=int)
+    read = np.minimum(calls, retrieved.astype(int) + (rng.random(n) < 0.3))
+    kept = rng.binomial(read, fidelity)
+    chain = (kinds != "comparison") & (hops >= 2) & (workflow == "hierarchy")
+    out = records.copy()
+    out["workflow"] = workflow
+    out["family"] = kinds
+    out["n_hops"] = pd.array(hops, dtype="Int64")
+    out["hop_retrieved"] = [[bool(r)] * int(h) for r, h in zip(retrieved, hops)]
+    out["hop_reported"] = [[bool(r)] * int(h) for r, h in zip(reported, hops)]
+    out["hop_handed"] = [[bool(r)] * int(h) for r, h in zip(handed, hops)]
+    out["answer_retrieved"], out["answer_reported"], out["handed"] = retrieved, reported, handed
+    out["searcher_calls"], out["searcher_calls_read"], out["searcher_calls_kept"] = calls, read, kept
+    out["leader_waves"] = calls if workflow == "hierarchy" else 0
+    out["bridge_used"] = pd.array([bool(rng.random() < 0.4) if c else None for c in chain], dtype="boolean")
+    return out

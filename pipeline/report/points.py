@@ -82,12 +82,25 @@ def _label(system: str) -> str:
 
 
 def funnel_markdown(points: Points) -> str:
-    headers = ["questions", "system", "workflows", *STEPS, *(f"lost at {name}" for name in LOST)]
+    """One row per system, one column per kind of question: the share of its workflows that
+    reached each step, retrieved -> reported -> handed -> correct."""
+    kinds = [c for c in (*CATEGORIES, "all") if (points.table["category"] == c).any()]
+    headers = ["system", *(f"{c}{' questions' if c == 'all' else ''}: " + " → ".join(STEPS) for c in kinds)]
     rows = []
-    for category in (*CATEGORIES, "all"):
-        for row in points.table[points.table["category"] == category].to_dict("records"):
-            rows.append([category, _label(row["system"]), f"{row['workflows']:,}", *(_pct(row[s]) for s in STEPS),
-                         *(_pct(row[f"lost at {name}"]) for name in LOST)])
+    for system in points.systems:
+        mine = points.table[points.table["system"] == system].set_index("category")
+        rows.append([_label(system), *(" → ".join(_pct(mine.loc[c, s]) for s in STEPS) if c in mine.index else "-"
+                                        for c in kinds)])
+    return markdown((headers, rows))
+
+
+def lost_markdown(points: Points) -> str:
+    """Where the wrong workflows were lost, over every question: one row per system."""
+    headers = ["system", "workflows", "correct", *(f"lost at {name}" for name in LOST)]
+    rows = []
+    for row in points.table[points.table["category"] == "all"].to_dict("records"):
+        rows.append([_label(row["system"]), f"{row['workflows']:,}", _pct(row["correct"]),
+                     *(_pct(row[f"lost at {name}"]) for name in LOST)])
     return markdown((headers, rows))
 
 
@@ -138,18 +151,15 @@ def points_section(points: Points, present: Sequence[str], level: int, draws: in
         f"**Role-level comparisons**, paired bootstrap ({draws} draws: questions resampled within each "
         "dataset, the very draws of the macro EM gaps), each rate pooled over the resampled questions' calls or "
         f"workflows; a gap is target minus baseline, in points for shares, with its {level}% interval.")
-    parts = [intro, markdown_table_title("Funnel", funnel_markdown(points))]
+    parts = [intro, "**The funnel** (percent of each kind's workflows at each step)", funnel_markdown(points),
+             "**Where the points are lost** (percent of all workflows)", lost_markdown(points)]
     if figure:
-        parts.append(f"![Where each system's workflows lose their points]({figure})")
+        parts.append(f"![Where each system's workflows lose their points, by kind of question]({figure})")
     parts += [role_note, roles_markdown(points), gap_note, gaps_markdown(points, level)]
     if unmeasured:
         parts.append("Not measured for " + ", ".join(_label(s) for s in unmeasured)
                      + ": their evaluation records predate the funnel.")
     return "\n\n".join(parts)
-
-
-def markdown_table_title(title: str, table: str) -> str:
-    return f"**{title}** (percent of workflows)\n\n{table}"
 
 
 def record_entry(points: Points) -> dict[str, Any] | None:
