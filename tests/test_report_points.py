@@ -44,8 +44,8 @@ def run():
 def test_the_section_prints_the_funnel_roles_and_gaps(run):
     records, present, points = run
     text = points_section(points, present, 95, DRAWS, "figures/funnel.png")
-    for needle in ("**The funnel**", "lost at retrieval", "single-hop: retrieved → reported", "Searcher fidelity (%)", "![Where each system",
-                   "Not measured for Prompted Critic"):
+    for needle in ("**The funnel**", "lost at retrieval", "single-hop: retrieved → reported", "Searcher fidelity (%)",
+                   "![Where each system", "Not measured for Prompted Critic"):
         assert needle in text, needle
     opd, base = "multiagent_opd", "h_mas_base"
     gap = paired_rate_gap(records[records["system"].isin([opd, base])], opd, base, BY_KEY["searcher_fidelity"],
