@@ -269,6 +269,11 @@ class TrainSystem(_Strict):
     # dynamic sampling: draw oversample x questions_per_batch questions, train on the first
     # questions_per_batch whose trajectories' team outcome differs (pipeline.rl.group_filter); 1: off
     oversample: int = Field(ge=1)
+    # this stage's training questions per step; absent: train.shared.questions_per_batch
+    questions_per_batch: int | None = Field(default=None, gt=0)
+    # Stage I only: what the Searcher's reward counts besides its search bonus: the team's EM (the
+    # paper) or whether its own report holds a gold alias (pipeline.rl.rewards.searcher_stage1_reward)
+    searcher_outcome: Literal["team", "report"] = "team"
 
 
 class TrainSystems(_Strict):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from pipeline.config import PROFILES, load_params
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 
 from .conftest import REPO_ROOT
 
@@ -107,3 +107,21 @@ def test_unknown_profile(tmp_path):
     path = _write(tmp_path, lambda r: r.update(profile="huge"))
     with pytest.raises(ConfigError, match="profile"):
         load_params(path)
+
+
+def test_the_searchers_own_outcome_is_for_the_stage1_reward_only():
+    from pipeline.config import load_params
+    from pipeline.rl.train_params import train_config
+
+    params = load_params(REPO_ROOT / "params.yaml", profile="ci")
+    assert train_config(params, "c_mas_rl").searcher_outcome == "team"
+    own = params.train.systems.multiagent_opd.model_copy(update={"searcher_outcome": "report"})
+    systems = params.train.systems.model_copy(update={"multiagent_opd": own})
+    active = params.active.model_copy(update={"train": params.train.model_copy(update={"systems": systems})})
+    with pytest.raises(InputError, match="ci.train.systems.multiagent_opd.searcher_outcome"):
+        train_config(params.model_copy(update={"active": active}), "multiagent_opd")
+    wider = params.train.systems.c_mas_rl.model_copy(update={"questions_per_batch": 9})
+    systems = params.train.systems.model_copy(update={"c_mas_rl": wider})
+    active = params.active.model_copy(update={"train": params.train.model_copy(update={"systems": systems})})
+    cfg = train_config(params.model_copy(update={"active": active}), "c_mas_rl")
+    assert cfg.questions_per_batch == 9 and train_config(params, "multiagent_opd").questions_per_batch == 2

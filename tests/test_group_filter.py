@@ -53,3 +53,12 @@ def test_a_table_without_the_outcome_is_refused():
     samples, _ = tables({"a": [0, 1]})
     with pytest.raises(InputError, match="samples: missing column.*r_em"):
         informative_questions(samples.drop(columns="r_em"))
+
+
+def test_with_the_searchers_own_outcome_a_question_is_informative_when_either_outcome_differs():
+    samples, _ = tables({"a": [1, 1], "b": [0, 0], "c": [1, 0], "d": [0, 0]})
+    held = {"a-0": 1.0, "a-1": 1.0, "b-0": 1.0, "b-1": 0.0, "c-0": 1.0, "c-1": 1.0, "d-0": 0.0, "d-1": 0.0}
+    samples["report_held"] = [held[t] if r == "searcher" else float("nan")
+                              for t, r in zip(samples["trajectory_id"], samples["role"])]
+    assert informative_questions(samples) == ["b", "c"]
+    assert informative_questions(samples.assign(report_held=float("nan"))) == ["c"]  # the team outcome alone

@@ -35,3 +35,12 @@ def test_the_tiny_profile_names_its_departures_in_the_report():
     assert "## Departures from the paper's constants" in md and all(d in md for d in found)
     assert "Departures" not in build_markdown(results, Provenance(
         profile="paper", git_commit="", data_source="raw", split_sizes={}, model={}, protocol={}))
+
+
+def test_the_searchers_own_stage1_outcome_is_a_named_departure():
+    paper = load_params(REPO_ROOT / "params.yaml", profile="paper")
+    teacher = paper.train.systems.c_mas_rl.model_copy(update={"searcher_outcome": "report"})
+    systems = paper.train.systems.model_copy(update={"c_mas_rl": teacher})
+    active = paper.active.model_copy(update={"train": paper.train.model_copy(update={"systems": systems})})
+    found = departures(paper.model_copy(update={"active": active}))
+    assert len(found) == 1 and "its own report holds a gold answer" in found[0] and "#teacher-searcher" in found[0]

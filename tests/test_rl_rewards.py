@@ -337,3 +337,27 @@ def test_outcome_is_the_reward_before_bonus_and_kl():
     assert math.isnan(out.loc["q1/t0/c1", "outcome"])  # OPD Searchers: no scalar reward
     critic = compute_rewards(s, t, "prompted_critic", REWARDS).set_index("sample_id")
     assert critic.loc["q1/t0/c1", "outcome"] == critic.loc["q1/t0/c1", "reward"]  # no KL on Searchers
+
+
+def test_stage1_searcher_reward_on_its_own_report():
+    """searcher_outcome "report": the Searcher's own outcome is whether its report holds a gold alias
+    (whole words, EM-normalised), whatever the team's EM; the search bonus and malformed rule as the paper's."""
+    s = pd.DataFrame([
+        srow("a", "searcher", "q1/t0", n_search=1, reported=True, r_em=0.0, report="It is the City-of light.",
+             workflow="cascade"),
+        srow("b", "searcher", "q1/t1", n_search=2, reported=True, r_em=1.0, report="Parisian cafes",
+             workflow="cascade"),
+        srow("c", "searcher", "q1/t2", n_search=1, reported=True, r_em=1.0, report="paris", malformed=True,
+             workflow="cascade"),
+        srow("d", "answerer", "q1/t0", r_em=1.0, workflow="cascade"),
+    ])
+    out = searcher_stage1_reward(s, REWARDS, "report")
+    assert out["report_held"].tolist()[:3] == [0.0, 0.0, 1.0]  # "cityoflight" is no alias; "parisian" no word
+    s.loc[0, "report"] = "It is the City of Light."
+    out = searcher_stage1_reward(s, REWARDS, "report")
+    assert out["report_held"].tolist()[:3] == [1.0, 0.0, 1.0] and math.isnan(out["report_held"].iloc[3])
+    assert out["reward"].tolist()[:3] == pytest.approx([0.9 + 0.05, 0.1, -1.0])
+    team = searcher_stage1_reward(s, REWARDS, "team")
+    assert team["reward"].tolist()[:2] == pytest.approx([0.05, 0.9 + 0.1])
+    with pytest.raises(InputError, match="searcher_outcome"):
+        searcher_stage1_reward(s, REWARDS, "judge")

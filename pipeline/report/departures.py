@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from pipeline.config import Params
-from pipeline.systems import BY_NAME
+from pipeline.systems import BY_NAME, TEACHER
 
 # The paper's values of the training settings a profile may set apart from them.
 PAPER_OPD_BETA = 0.01
 PAPER_TIE_ON = "reward"  # verl's GRPO: a group is tied when its rewards are equal
 PAPER_OVERSAMPLE = 1  # the paper samples its batch without a group filter
+PAPER_SEARCHER_OUTCOME = "team"  # Stage I: the Searcher's reward counts the team's EM
 
 REASONS = {
     "opd_beta": ("at the paper's 0.01 the Searcher's OPD advantage is some 2,000 times smaller than the GRPO "
@@ -20,6 +21,9 @@ REASONS = {
                "(docs/tuning.md#tied-groups)"),
     "oversample": ("without it most groups tie on EM and the Searcher's behaviour bonus is the only signal "
                    "(docs/tuning.md#dynamic-sampling)"),
+    "searcher_outcome": ("the team's EM also rewards the Answerer's luck, and at this scale the Searcher's share "
+                         "of it was too small for Stage I to teach the Searcher anything OPD could carry "
+                         "(docs/tuning.md#teacher-searcher)"),
 }
 
 
@@ -38,4 +42,9 @@ def departures(params: Params) -> list[str]:
             out.append(f"{BY_NAME[name].label} trains on questions whose trajectories' outcomes differ "
                        f"(dynamic sampling, {own.oversample}x oversampled; the paper: no filter): "
                        f"{REASONS['oversample']}.")
+    teacher = getattr(params.train.systems, TEACHER)
+    if teacher.searcher_outcome != PAPER_SEARCHER_OUTCOME:
+        out.append(f"{BY_NAME[TEACHER].label}: the Searcher's Stage-I reward counts whether its own report holds "
+                   f"a gold answer, R_S = 0.9 x [report holds a gold alias] + 0.1 b_S (the paper: 0.9 R_EM + 0.1 "
+                   f"b_S), chosen on held-out questions: {REASONS['searcher_outcome']}.")
     return out

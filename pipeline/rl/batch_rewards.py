@@ -55,6 +55,7 @@ def rewarded_tables(
     teacher: PolicyBackend | None = None,
     judge: PolicyBackend | None = None,
     judge_max_new_tokens: int = 0,
+    searcher_outcome: str = "team",
 ) -> RewardedTables:
     """The samples and tokens tables of `rollout` for training `system`: its trained roles'
     loss masks, the frozen Teacher's log-probs, the judge's scores and every reward."""
@@ -65,7 +66,7 @@ def rewarded_tables(
     unparsable = 0
     if judge is not None:
         samples, unparsable = judge_searchers(samples, judge, judge_max_new_tokens)
-    return RewardedTables(compute_rewards(samples, tokens, system, rewards), tokens, unparsable)
+    return RewardedTables(compute_rewards(samples, tokens, system, rewards, searcher_outcome), tokens, unparsable)
 
 
 def outcome_tables(rollout: Rollout, system: System) -> RewardedTables:

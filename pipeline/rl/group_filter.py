@@ -15,12 +15,21 @@ from pipeline.rl.checks import require_columns
 
 
 def informative_questions(samples: pd.DataFrame) -> list[str]:
-    """Question ids, in order of first appearance, whose trajectories' team outcome `r_em` differs."""
+    """Question ids, in order of first appearance, whose trajectories' team outcome `r_em` differs,
+    or, where the Searcher's reward counts its own report (`report_held` filled, Stage I with
+    searcher_outcome "report"), whose trajectories' Searcher outcome differs."""
     require_columns(samples, ["question_id", "trajectory_id", "r_em"], "samples")
-    per_trajectory = samples.groupby(["question_id", "trajectory_id"], sort=False)["r_em"].first()
-    per_question = per_trajectory.groupby(level="question_id", sort=False)
-    spread = per_question.max() - per_question.min()
-    return [q for q, s in spread.items() if s > 0]
+    keys = ["question_id", "trajectory_id"]
+    outcomes = [samples.groupby(keys, sort=False)["r_em"].first()]
+    if "report_held" in samples.columns and samples["report_held"].notna().any():
+        outcomes.append(samples.groupby(keys, sort=False)["report_held"].max())
+    informative: set = set()
+    for per_trajectory in outcomes:
+        per_question = per_trajectory.groupby(level="question_id", sort=False)
+        spread = per_question.max() - per_question.min()
+        informative |= {q for q, s in spread.items() if s > 0}
+    order = list(dict.fromkeys(samples["question_id"]))
+    return [q for q in order if q in informative]
 
 
 def keep_questions(samples: pd.DataFrame, tokens: pd.DataFrame,

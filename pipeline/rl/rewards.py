@@ -16,10 +16,12 @@ from verl.trainer.ppo.core_algos import kl_penalty
 from pipeline.config import RewardParams
 from pipeline.errors import InputError
 from pipeline.eval.em import exact_match
+from pipeline.eval.funnel import holds, words
 from pipeline.rl.checks import require_columns, require_finite, require_roles, require_unique
 from pipeline.systems import KL_ROLES, System, trained_system
 
-REWARD_COLUMNS = ("correct", "r_em", "b_s", "judge_score", "kl_to_teacher", "outcome", "reward")
+REWARD_COLUMNS = ("correct", "r_em", "b_s", "report_held", "judge_score", "kl_to_teacher", "outcome", "reward")
+SEARCHER_OUTCOMES = ("team", "report")
 
 
 def _flag(samples: pd.DataFrame, column: str) -> np.ndarray:
@@ -87,14 +89,32 @@ def search_bonus(n_search: np.ndarray, reported: np.ndarray) -> np.ndarray:
     return np.where(reported & (n_search >= 2), 1.0, np.where(reported & (n_search == 1), 0.5, 0.0))
 
 
-def searcher_stage1_reward(samples: pd.DataFrame, weights: RewardParams) -> pd.DataFrame:
-    """Stage I Searcher: `b_s`, and reward R_S = 0.9 R_EM + 0.1 b_S (malformed -> -1)."""
+def report_held(samples: pd.DataFrame) -> np.ndarray:
+    """Per Searcher row: 1.0 when its report holds a gold alias (pipeline.eval.funnel's whole-word
+    match of the EM normalisation), else 0.0."""
+    require_columns(samples, ["role", "report", "golden_answers"], "samples")
+    rows = samples[samples["role"] == "searcher"]
+    return np.array([float(holds(words(str(report or "")), [str(a) for a in golden]))
+                     for report, golden in zip(rows["report"], rows["golden_answers"])], dtype=np.float64)
+
+
+def searcher_stage1_reward(samples: pd.DataFrame, weights: RewardParams, outcome: str = "team") -> pd.DataFrame:
+    """Stage I Searcher: `b_s`, and reward R_S = 0.9 O + 0.1 b_S (malformed -> -1), where the outcome
+    O is the team's R_EM (`outcome` "team", the paper's) or whether the Searcher's own report holds
+    a gold alias ("report", also written to `report_held`)."""
+    if outcome not in SEARCHER_OUTCOMES:
+        raise InputError(f"searcher_outcome: expected one of {SEARCHER_OUTCOMES}, got {outcome!r}")
     require_columns(samples, ["role", "n_search", "reported", "malformed", "r_em"], "samples")
     rows = samples[samples["role"] == "searcher"]
     b_s = search_bonus(rows["n_search"].to_numpy(dtype=np.int64), _flag(rows, "reported"))
-    reward = weights.searcher_em_weight * rows["r_em"].to_numpy(dtype=np.float64) + weights.behaviour_weight * b_s
-    reward = np.where(_flag(rows, "malformed"), weights.malformed_reward, reward)
     out = _with_role_values(samples, "b_s", "searcher", b_s)
+    if outcome == "report":
+        held = report_held(samples)
+        out = _with_role_values(out, "report_held", "searcher", held)
+    else:
+        held = rows["r_em"].to_numpy(dtype=np.float64)
+    reward = weights.searcher_em_weight * held + weights.behaviour_weight * b_s
+    reward = np.where(_flag(rows, "malformed"), weights.malformed_reward, reward)
     return _with_role_values(out, "reward", "searcher", reward)
 
 
@@ -237,12 +257,13 @@ _SEARCHER_REWARD = {
 
 
 def compute_rewards(
-    samples: pd.DataFrame, tokens: pd.DataFrame, system: System | str, weights: RewardParams
+    samples: pd.DataFrame, tokens: pd.DataFrame, system: System | str, weights: RewardParams,
+    searcher_outcome: str = "team",
 ) -> pd.DataFrame:
     """All reward columns for one rollout batch of training `system` (pipeline.systems), weighted by `weights`.
 
-    Adds correct, r_em, b_s, judge_score (kept from the input where the system has a judge,
-    else NaN), outcome (`tie_outcome`), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
+    Adds correct, r_em, b_s, report_held (Stage I with `searcher_outcome` "report"), judge_score
+    (kept from the input where the system has a judge, else NaN), outcome (`tie_outcome`), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
     supervision) get reward NaN. KL-in-reward: in every system with a Teacher, whose scores
     are then required on every Leader and Answerer loss token; none without a Teacher.
     """
@@ -261,12 +282,15 @@ def compute_rewards(
     if not keep_judge:
         out["judge_score"] = np.nan
     out["b_s"] = np.nan
+    out["report_held"] = np.nan
     out["reward"] = np.nan
     out = team_outcome(answerer_correctness(out))
     out = answerer_reward(out, weights)
     if "leader" in system.roles:
         out = leader_reward(out, weights)
-    if system.training.searcher_reward != "none":
+    if system.training.searcher_reward == "em_and_behaviour":
+        out = searcher_stage1_reward(out, weights, searcher_outcome)
+    elif system.training.searcher_reward != "none":
         out = _SEARCHER_REWARD[system.training.searcher_reward](out, weights)
     out = tie_outcome(out, weights)
     if not system.kl_in_reward:

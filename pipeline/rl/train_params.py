@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.config import OptimParams, Params, RewardParams, workflow_config
+from pipeline.errors import InputError
 from pipeline.systems import trained_system
 
 KEEP_CHECKPOINTS = 2  # newest checkpoints kept on disk (resume state, not a result)
@@ -44,6 +45,7 @@ class TrainConfig:
     seed: int
     questions_per_batch: int
     oversample: int  # dynamic sampling: questions drawn per trained question (1: off; pipeline.rl.group_filter)
+    searcher_outcome: str  # Stage I: "team" (the paper's R_EM) | "report" (the Searcher's own report holds gold)
     trajectories_per_question: int
     lr: float
     entropy_coef: float
@@ -77,14 +79,18 @@ def train_config(params: Params, name: str) -> TrainConfig:
     system = trained_system(name)
     shared = params.train.shared
     own = getattr(params.train.systems, system.name)
+    if own.searcher_outcome != "team" and system.training.searcher_reward != "em_and_behaviour":
+        raise InputError(f"{params.profile}.train.systems.{system.name}.searcher_outcome: "
+                         f"{own.searcher_outcome!r} applies to the Stage-I Searcher reward only; expected 'team'")
     common = params.common
     dev = dev_settings(params)
     return TrainConfig(
         system=system.name,
         steps=own.steps,
         seed=own.seed,
-        questions_per_batch=shared.questions_per_batch,
+        questions_per_batch=own.questions_per_batch or shared.questions_per_batch,
         oversample=own.oversample,
+        searcher_outcome=own.searcher_outcome,
         trajectories_per_question=shared.trajectories_per_question,
         lr=shared.lr,
         entropy_coef=shared.entropy_coef,

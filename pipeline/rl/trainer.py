@@ -158,7 +158,8 @@ def collect_batch(cfg: TrainConfig, inputs: TrainInputs, step: int) -> Batch:
         system.workflow, pool.iloc[picked], inputs.policy, inputs.retriever, cfg.rollout,
         n_traj=cfg.trajectories_per_question, seed=_seed(cfg.seed, step, 1),
     )
-    tables = rewarded_tables(rollout, system, cfg.rewards, inputs.teacher, inputs.judge, cfg.judge_max_new_tokens)
+    tables = rewarded_tables(rollout, system, cfg.rewards, inputs.teacher, inputs.judge, cfg.judge_max_new_tokens,
+                             cfg.searcher_outcome)
     samples, tokens = tables.samples, tables.tokens
     generated = int((tokens["source"] == "generated").sum())
     informative = None

@@ -211,7 +211,8 @@ STAGES: tuple[Stage, ...] = (
           data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base",
                 f"reports/{P}/draws"),
           params=("profile", f"{P}.data.source", "common.eval", f"{P}.train.shared.opd_beta",
-                  f"{P}.train.shared.tie_on", *(f"{P}.train.systems.{s.name}.oversample" for s in TRAINED)),
+                  f"{P}.train.shared.tie_on", *(f"{P}.train.systems.{s.name}.oversample" for s in TRAINED),
+                  f"{P}.train.systems.{TEACHER}.searcher_outcome"),
           outs=tuple({path: dict(UNCACHED)} for path in (
               "reports/metrics.json", f"reports/{P}/paper.md", f"reports/{P}/paper.html",
               f"reports/{P}/main_table.tex", f"reports/{P}/draw.json", f"reports/{P}/figures", f"reports/{P}/curves",
