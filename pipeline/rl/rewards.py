@@ -263,8 +263,8 @@ def compute_rewards(
     """All reward columns for one rollout batch of training `system` (pipeline.systems), weighted by `weights`.
 
     Adds correct, r_em, b_s, report_held (Stage I with `searcher_outcome` "report"), judge_score
-    (kept from the input where the system has a judge, else NaN), outcome (`tie_outcome`), kl_to_teacher and reward. Searchers without a scalar reward (OPD, no
-    supervision) get reward NaN. KL-in-reward: in every system with a Teacher, whose scores
+    (kept from the input where the system has a judge, else NaN), outcome (`tie_outcome`),
+    kl_to_teacher and reward. Searchers without a scalar reward (OPD, no supervision) get reward NaN. KL-in-reward: in every system with a Teacher, whose scores
     are then required on every Leader and Answerer loss token; none without a Teacher.
     """
     system = trained_system(system) if isinstance(system, str) else system
