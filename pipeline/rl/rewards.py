@@ -264,8 +264,9 @@ def compute_rewards(
 
     Adds correct, r_em, b_s, report_held (Stage I with `searcher_outcome` "report"), judge_score
     (kept from the input where the system has a judge, else NaN), outcome (`tie_outcome`),
-    kl_to_teacher and reward. Searchers without a scalar reward (OPD, no supervision) get reward NaN. KL-in-reward: in every system with a Teacher, whose scores
-    are then required on every Leader and Answerer loss token; none without a Teacher.
+    kl_to_teacher and reward. Searchers without a scalar reward (OPD, no supervision) get reward
+    NaN. KL-in-reward: in every system with a Teacher, whose scores are then required on every
+    Leader and Answerer loss token; none without a Teacher.
     """
     system = trained_system(system) if isinstance(system, str) else system
     require_columns(samples, ["sample_id", "trajectory_id", "workflow", "role"], "samples")
