@@ -6,7 +6,9 @@ in a fresh clone, whose committed report is still summarised) and the report of 
 stage time and peak RSS, the paper's seven comparisons beside its values (unrounded in draw.json,
 so printed as the report prints them),
 each system's forced-answer share, the dev Searcher KL to the Teacher at every curve point, the
-tied and zero-advantage group shares per role (mean over steps), and the row for
+tied and zero-advantage group shares per role (mean over steps), where the points go (each
+system's Searcher fidelity, searches per Searcher call, the Answerer's accuracy on what it was
+handed, and the role-level paired gaps), and the row for
 docs/results.md's table. It computes nothing new: every figure is the run's own.
 Run from the repo root:
     python scripts/run_summary.py [--root DIR]
@@ -70,6 +72,30 @@ def _gap_text(gap: tuple[float, float, float]) -> str:
     return f"{gap[0]:+.2f} [{gap[1]:.2f}, {gap[2]:.2f}]"
 
 
+def role_lines(metrics: dict, record: dict) -> list[str]:
+    """Where the points go: each system's Searcher fidelity, searches per Searcher call and the
+    Answerer's accuracy on what it was handed, and the role-level paired gaps (the report's own)."""
+    funnel = record.get("funnel")
+    if not funnel:
+        return ["Where the points go: not measured (the evaluation records predate the funnel)"]
+    lines = ["Where the points go (Searcher fidelity % / searches per Searcher call / Answerer on what it was "
+             "handed %):"]
+    for system in _in_registry_order(funnel["rates"]):
+        rates = funnel["rates"][system]
+        cells = [("-" if rates.get(k) is None else f"{rates[k]:.{d}f}")
+                 for k, d in (("searcher_fidelity", 1), ("searches_per_searcher_call", 2),
+                              ("answerer_accuracy_given_handed", 1))]
+        lines.append(f"  {BY_NAME[system].label}: " + " / ".join(cells))
+    lines.append("Role-level gaps, paired 95% (Searcher fidelity points; Answerer on what it was handed points):")
+    for key, entry in funnel["comparisons"].items():
+        target, baseline = next((s.name, b.name) for s in SYSTEMS for b in SYSTEMS if f"{s.name}-{b.name}" == key)
+        cells = [("not measured" if entry.get(k) is None else
+                  _gap_text((entry[k]["diff"], entry[k]["low"], entry[k]["high"])))
+                 for k in ("searcher_fidelity", "answerer_accuracy_given_handed")]
+        lines.append(f"  {BY_NAME[target].label} - {BY_NAME[baseline].label}: " + "; ".join(cells))
+    return lines
+
+
 def summary(root: Path, profile: str | None = None) -> list[str]:
     """The summary's lines; `profile` defaults to the report's (reports/metrics.json)."""
     metrics = _read_json(root / "reports" / "metrics.json")
@@ -100,6 +126,8 @@ def summary(root: Path, profile: str | None = None) -> list[str]:
     forced = [f"{BY_NAME[s].label} {metrics['systems'][s]['behaviour']['forced_answer_share']:.2f}"
               for s in _in_registry_order(metrics["systems"])]
     lines.append("Forced answers (% of workflows): " + ", ".join(forced))
+
+    lines += role_lines(metrics, record)
 
     kl = curve(curves, "dev_searcher_kl")
     kl_end = "-"

@@ -91,3 +91,21 @@ def test_bad_files_are_named_with_the_line_and_what_was_expected(run):
     (run / "reports" / "metrics.json").write_text("{")
     with pytest.raises(InputError, match=r"metrics.json, line 1: not valid JSON"):
         summary(run, "tiny")
+
+
+def test_where_the_points_go_is_read_from_the_draw_record():
+    module = _load()
+    assert module.role_lines({}, {"funnel": None})[0].endswith("not measured (the evaluation records predate "
+                                                               "the funnel)")
+    record = {"funnel": {
+        "rates": {"multiagent_opd": {"searcher_fidelity": 56.04, "searches_per_searcher_call": 1.234,
+                                     "answerer_accuracy_given_handed": None},
+                  "c_mas_base": {"searcher_fidelity": 50.26, "searches_per_searcher_call": 1.0,
+                                 "answerer_accuracy_given_handed": 41.0}},
+        "comparisons": {"multiagent_opd-h_mas_base": {
+            "searcher_fidelity": {"diff": 2.7149, "low": 0.5, "high": 4.9},
+            "answerer_accuracy_given_handed": None}}}}
+    lines = module.role_lines({}, record)
+    assert lines[1] == "  C-MAS base: 50.3 / 1.00 / 41.0"  # registry order, not the record's
+    assert lines[2] == "  MultiAgent-OPD: 56.0 / 1.23 / -"
+    assert lines[4] == "  MultiAgent-OPD - H-MAS base: +2.71 [0.50, 4.90]; not measured"
