@@ -335,6 +335,8 @@ class DemoParams(_Strict):
     vague_query: float = Field(ge=0, le=1)
     wrong_pick: float = Field(ge=0, le=1)
     judge_noise: float = Field(ge=0, le=1)
+    # the cascade's scripted Searcher asks a chain question's hops one by one (docs/tuning.md#teacher-searcher)
+    hop_by_hop: bool = False
 
 
 class BaseModelParams(_Strict):

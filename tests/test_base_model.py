@@ -363,3 +363,34 @@ def test_bf16_training_keeps_float32_weights_and_the_same_loss():
     assert losses[True][-1] < 0.5 * losses[True][0]  # and it learns
     assert losses[True] != losses[False]  # the flag did change the arithmetic
 
+
+
+def test_hop_by_hop_the_cascades_searcher_asks_each_hop_of_a_chain_question_in_order():
+    """demos.hop_by_hop: a chain question's Searcher asks hop 1's sub-question, then hop 2's unless
+    its answer was read (as whole words: "Bo" inside "book" is no answer); a single-hop or
+    comparison question keeps the plain plan."""
+    import random
+
+    from pipeline.basemodel.demos_agents import Episode, Hop, cascade_episode
+
+    passages = {"Who directed Film X?": [Passage("a", "Film X", "Film X is a book film directed by Bo Ray.")],
+                "Where was Bo Ray born?": [Passage("b", "Bo Ray", "Bo Ray was born in Lyon.")]}
+    asked: list[str] = []
+
+    def search(query: str) -> list[Passage]:
+        asked.append(query)
+        return passages.get(query, [Passage("z", "Other", "Nothing here.")])
+
+    hops = [Hop("Who directed Film X?", "Bo Ray", "Film X"), Hop("Where was Bo Ray born?", "Lyon", "Bo Ray")]
+    rates = DemoRates(skip_search=0.0, vague_query=0.0, wrong_pick=0.0, judge_noise=0.0)
+    ep = Episode("q1", "Where was the director of Film X born?", "bridge", hops, ["Lyon"])
+    cascade_episode(ep, load_prompts(), search, random.Random(0), rates, max_searches=3, hop_by_hop=True)
+    searcher = next(d for d in ep.demos if d.role == "searcher")
+    queries = [parse_action(t.completion, "searcher") for t in searcher.turns]
+    assert [q.query for q in queries if isinstance(q, Search)] == ["Who directed Film X?", "Where was Bo Ray born?"]
+    assert "Lyon" in searcher.turns[-1].completion
+
+    plain = Episode("q2", "Where was the director of Film X born?", "bridge", hops, ["Lyon"])
+    cascade_episode(plain, load_prompts(), search, random.Random(0), rates, max_searches=3, hop_by_hop=False)
+    first = parse_action(next(d for d in plain.demos if d.role == "searcher").turns[0].completion, "searcher")
+    assert first.query == plain.question  # today's plan: the task first

@@ -53,6 +53,7 @@ class DemoConfig:
     rates: DemoRates
     top_k: int = 3
     max_searches: int = 3  # searches per Searcher (its last turn must be the report)
+    hop_by_hop: bool = False  # the cascade's Searcher asks a chain question's hops one by one
     max_parallel: int = 3
     max_waves: int = 5
     hierarchy_steps: int = 12
@@ -89,7 +90,7 @@ def _play(chunk: list[Episode], prompts: Prompts, search: CachedSearch, cfg: Dem
     demos = []
     for ep in chunk:
         ep.demos.clear()
-        cascade_episode(ep, prompts, search, rng, cfg.rates, cfg.max_searches)
+        cascade_episode(ep, prompts, search, rng, cfg.rates, cfg.max_searches, cfg.hop_by_hop)
         hierarchy_episode(ep, prompts, search, rng, cfg.rates, cfg.max_searches, cfg.max_parallel,
                           cfg.max_waves, cfg.hierarchy_steps)
         demos.extend(ep.demos)

@@ -26,8 +26,10 @@ from pipeline.basemodel.demos_text import (
     sentences,
     vague_query,
 )
+from pipeline.eval.funnel import holds, words
 from pipeline.retrieval.base import Passage, Retriever, format_information
 
+CHAIN_FAMILIES = ("bridge", "composition")  # questions whose hops follow each other
 
 @dataclass(frozen=True)
 class Turn:
@@ -114,13 +116,18 @@ def run_searcher(
     rng: random.Random,
     rates: DemoRates,
     max_searches: int,
+    hop_by_hop: bool = False,
 ) -> SearcherRun:
     """Search (task first, then the sub-question of each hop still missing) and report the
-    sentences holding the answers of `report_hops`."""
+    sentences holding the answers of `report_hops`. With `hop_by_hop` (a chain question), the
+    first query is the first hop's sub-question and each next one the next hop's whose answer it
+    has not read (as whole words), in order."""
     run = SearcherRun()
     if rng.random() < rates.skip_search or max_searches < 1:
         run.turns.append(Turn(render_action(Report(""))))
         return run
+    if hop_by_hop:
+        return _hop_by_hop(run, task, needed, report_hops, search, rng, rates, max_searches)
     query = vague_query(task, needed[0].title) if rng.random() < rates.vague_query else task
     asked: list[str] = []  # in order: a set's order changes with PYTHONHASHSEED, and the report with it
     last: list[Passage] = []
@@ -137,6 +144,30 @@ def run_searcher(
         query = missing[0].question if missing[0].question not in asked else task
         if query in asked:
             break
+    run.report = _report(run.read, last, report_hops, search, asked, rng, rates)
+    run.turns.append(Turn(render_action(Report(run.report))))
+    return run
+
+
+def _hop_by_hop(run: SearcherRun, task: str, hops: Sequence[Hop], report_hops: Sequence[Hop],
+                search: Callable[[str], list[Passage]], rng: random.Random, rates: DemoRates,
+                max_searches: int) -> SearcherRun:
+    asked: list[str] = []
+    last: list[Passage] = []
+    first = hops[0].question
+    queries = iter([vague_query(first, hops[0].title) if rng.random() < rates.vague_query else first,
+                    *(h.question for h in hops[1:])])
+    for hop, query in zip(hops, queries):
+        if len(asked) == max_searches:
+            break
+        if asked and holds(words(run.read), [hop.answer]):
+            continue
+        last = search(query)
+        asked.append(query)
+        run.turns.append(Turn(render_action(Search(query)), observation_text(last)))
+        body = format_information(last)
+        run.passages_text = f"{run.passages_text}\n{body}" if run.passages_text else body
+        run.read += " " + " ".join(p.text for p in last)
     run.report = _report(run.read, last, report_hops, search, asked, rng, rates)
     run.turns.append(Turn(render_action(Report(run.report))))
     return run
@@ -215,11 +246,13 @@ class Episode:
 
 def cascade_episode(
     ep: Episode, prompts: Prompts, search: Callable[[str], list[Passage]], rng: random.Random,
-    rates: DemoRates, max_searches: int,
+    rates: DemoRates, max_searches: int, hop_by_hop: bool = False,
 ) -> None:
-    """Searcher (task = the question) then Answerer."""
+    """Searcher (task = the question) then Answerer; with `hop_by_hop`, the Searcher of a chain
+    question asks its hops one by one."""
     report_hops = ep.hops[-1:] if ep.family != "comparison" else ep.hops
-    run = run_searcher(ep.question, ep.hops, report_hops, search, rng, rates, max_searches)
+    chain = hop_by_hop and ep.family in CHAIN_FAMILIES and len(ep.hops) >= 2
+    run = run_searcher(ep.question, ep.hops, report_hops, search, rng, rates, max_searches, chain)
     ep.demos.append(Demo("searcher", prompts.searcher_prompt(ep.question), tuple(run.turns), ep.question_id, "cascade"))
     reports = [ReportLine("R1", ep.question, run.report)]
     answer = answer_from_reports(ep.question, ep.family, ep.hops, ep.golden, run.report, rng, rates)

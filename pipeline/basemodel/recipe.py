@@ -70,7 +70,7 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
         top_k=proto.top_k,
         max_searches=min(params.eval.rollout.max_searcher_turns, proto.cascade_steps) - 1,
         max_parallel=proto.max_parallel, max_waves=proto.max_waves,
-        hierarchy_steps=proto.hierarchy_steps, seed=bm.seed,
+        hierarchy_steps=proto.hierarchy_steps, seed=bm.seed, hop_by_hop=d.hop_by_hop,
     )
     demos = build_demos(train, retriever, load_prompts(), cfg)
     if not demos:
