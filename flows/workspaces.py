@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from pipeline.io import write_text as atomic_write_text
+from pipeline.params_edit import edit_file
 
 STATE_DIR = ".maopd"
 # Top-level paths of a checkout that are state, never code: not mirrored, never deleted.
@@ -214,11 +215,7 @@ def mirror(layout: RunLayout, dest: Path) -> None:
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
-    params = dest / "params.yaml"
-    text = params.read_text()
-    switched = re.sub(r"(?m)^profile: .*$", f"profile: {layout.profile}", text)
-    if switched != text:
-        atomic_write_text(params, switched)
+    edit_file(dest / "params.yaml", {"profile": layout.profile})
     (dest / ".dvc").mkdir(exist_ok=True)
     shutil.copy2(layout.checkout / ".dvc" / "config", dest / ".dvc" / "config")
     for rel in _PLOT_FILES:  # so `dvc plots show` works in a run root too

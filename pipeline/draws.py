@@ -7,9 +7,10 @@ is one draw; `run_draw` makes another without touching the checkout's data, dvc.
 
     prepare_draw_workspace   a copy of the checkout's code (pipeline.repo_copy) under
                              .maopd/draws/<profile>-<seed set>-<precision>-<commit>/, its params.yaml
-                             switched to the draw (only the seed integers and the three precision
-                             settings change; comments and layout stay), sharing the checkout's
-                             DVC cache; draw.yaml there records what it is and the code's commit
+                             switched to the draw (pipeline.params_edit: only the seed integers and
+                             the three precision settings change; comments and layout stay),
+                             sharing the checkout's DVC cache; draw.yaml there records what it is
+                             and the code's commit
     run_draw                 `dvc repro` there with the checkout's venv and MLflow store (the
                              draw's runs land beside the committed run's, tagged draw.*), then
                              `python -m pipeline record-runs`, then keep_draw. Running it again
@@ -37,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ruamel.yaml
 import yaml
 
 from pipeline.errors import InputError
-from pipeline.io import write_json, write_text
+from pipeline.io import read_text, write_json, write_text
+from pipeline.params_edit import set_values
 from pipeline.repo_copy import copy_repo
 from pipeline.report.draw_record import check_record
 from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
@@ -76,66 +77,14 @@ def _absent_means_float32(key: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# params.yaml, edited as text
-
-
-_SCALAR = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'|[^\s#,\[\]{}]+")
-
-
-def _literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def apply_scalar_values(text: str, values: dict[str, Any], params_name: str = "params.yaml",
-                        optional: Callable[[str], bool] = lambda key: False) -> str:
-    """`text` with the scalar at each dotted key of `values` rewritten; every other byte stays
-    (comments, layout, anchors). The result is checked to load with exactly those values. A key
-    absent from `text` is an error unless `optional(key)`, when it is left out."""
-    try:
-        doc = ruamel.yaml.YAML().load(text)
-    except ruamel.yaml.YAMLError as err:
-        raise InputError(f"{params_name}: not valid YAML: {err}") from None
-    lines = text.splitlines(keepends=True)
-    spans = []
-    present = {}
-    for key, value in values.items():
-        node = doc
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-            if node is None:
-                break
-        if not isinstance(node, dict) or leaf not in node:
-            if isinstance(node, dict) and optional(key):
-                continue
-            raise InputError(f"{params_name}: no key {key}")
-        present[key] = value
-        if isinstance(node[leaf], (dict, list)):
-            raise InputError(f"{params_name}: {key}: expected a single value, got a {type(node[leaf]).__name__}")
-        line, column = node.lc.value(leaf)
-        token = _SCALAR.match(lines[line], column)
-        if token is None:
-            raise InputError(f"{params_name}, line {line + 1}: {key}: no plain value at column {column + 1}")
-        spans.append((line, token.start(), token.end(), _literal(value)))
-    for line, start, end, literal in sorted(spans, reverse=True):
-        lines[line] = f"{lines[line][:start]}{literal}{lines[line][end:]}"
-    new_text = "".join(lines)
-    loaded = yaml.safe_load(new_text)
-    for key, value in present.items():
-        node = loaded
-        for part in key.split("."):
-            node = node[part]
-        if node != value or type(node) is not type(value):
-            raise InputError(f"{params_name}: {key}: rewriting it gave {node!r}, not {value!r}")
-    return new_text
+# params.yaml, switched to the draw
 
 
 def switch_params(params: Path, profile: str, seed_set: str | None, precision: str,
                   seed_sets_file: Path = SEED_SETS_FILE) -> None:
-    """Put seed set `seed_set` (None: keep the seeds) and the precision path into `params`."""
-    text = _read_text(params)
+    """Put seed set `seed_set` (None: keep the seeds) and the precision path into `params`
+    (pipeline.params_edit: only those values are rewritten)."""
+    text = read_text(params)
     new_text = text
     if seed_set is not None:
         sets = load_seed_sets(seed_sets_file)
@@ -144,16 +93,9 @@ def switch_params(params: Path, profile: str, seed_set: str | None, precision: s
                              "run this profile's draw without a seed set")
         new_text, _ = apply_seed_values(new_text, sets.values(seed_set), str(params))
     if precision == FLOAT32:
-        new_text = apply_scalar_values(new_text, float32_settings(profile), str(params), _absent_means_float32)
+        new_text = set_values(new_text, float32_settings(profile), str(params), _absent_means_float32)
     if new_text != text:
         write_text(params, new_text)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +293,7 @@ def stage_times(root: Path, profile: str | None = None) -> dict[str, dict[str, f
     if not path.exists():
         return None
     latest: dict[str, dict[str, float]] = {}
-    for number, line in enumerate(_read_text(path).splitlines(), 1):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:

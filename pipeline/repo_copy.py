@@ -6,10 +6,11 @@ they are an input of the `report` stage, and DVC refuses to run a stage whose de
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
+
+from pipeline.params_edit import edit_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,8 +25,7 @@ def copy_repo(dest: Path, profile: str, root: Path = REPO_ROOT) -> Path:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
     (dest / draws).mkdir(parents=True, exist_ok=True)
-    params = dest / "params.yaml"
-    params.write_text(re.sub(r"(?m)^profile: .*$", f"profile: {profile}", params.read_text()))
+    edit_file(dest / "params.yaml", {"profile": profile})
     (dest / "dvc.lock").unlink(missing_ok=True)
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     return dest
