@@ -5,12 +5,12 @@ and/or another precision path ("auto": bfloat16 where the CPU computes it native
 the index, the base model and the engine forced to float32). The committed run in the checkout
 is one draw; `run_draw` makes another without touching the checkout's data, dvc.lock or report:
 
-    prepare_draw_workspace   a copy of the checkout's code (pipeline.repo_copy) under
+    prepare_draw_workspace   a copy of the checkout's code (pipeline.checkout_copy) under
                              .maopd/draws/<profile>-<seed set>-<precision>-<commit>/, its params.yaml
                              switched to the draw (pipeline.params_edit: only the seed integers and
                              the three precision settings change; comments and layout stay),
-                             sharing the checkout's DVC cache; draw.yaml there records what it is
-                             and the code's commit
+                             sharing the checkout's DVC cache and remote; draw.yaml there records
+                             what it is and the code's commit
     run_draw                 `dvc repro` there with the checkout's venv and MLflow store (the
                              draw's runs land beside the committed run's, tagged draw.*), then
                              `python -m pipeline record-runs`, then keep_draw. Running it again
@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,24 +38,29 @@ from typing import Any
 
 import yaml
 
+from pipeline.checkout_copy import (
+    STATE_DIR,
+    copy_checkout,
+    dvc_env,
+    dvc_executable,
+    run_streamed,
+    venv_bin,
+    write_local_config,
+)
 from pipeline.errors import InputError
 from pipeline.io import read_text, write_json, write_text
 from pipeline.params_edit import set_values
-from pipeline.repo_copy import copy_repo
 from pipeline.report.draw_record import check_record
 from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 
 AUTO, FLOAT32 = "auto", "float32"
 PRECISIONS = (AUTO, FLOAT32)
-DRAWS_DIR = Path(".maopd") / "draws"  # under the checkout; git-ignored (.maopd/)
+DRAWS_DIR = Path(STATE_DIR) / "draws"  # under the checkout; git-ignored (.maopd/)
 DRAW_FILE = "draw.yaml"  # in a workspace: what the draw is and the commit of its code
 _PREPARING = ".draw-preparing"  # in a workspace while its copy is being made; a rerun redoes it
 DRAW_REPORT = "draw.json"  # reports/<profile>/draw.json, written by the report stage
 KEPT_DIR = "draws"  # reports/<profile>/draws/<name>.json: the kept draws the report reads
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Telemetry off and the hub offline, as the Makefile exports them for `make repro`
-_QUIET_ENV = {"DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "GX_ANALYTICS_ENABLED": "false",
-              "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 class DrawFailed(RuntimeError):
@@ -154,21 +157,14 @@ def read_draw(workspace: Path) -> Draw | None:
     return Draw(Path(workspace), **{f: doc[f] for f in fields})
 
 
-def dvc_cache_dir(root: Path) -> Path:
-    """The checkout's DVC cache (`dvc cache dir`): its config's cache.dir, else .dvc/cache."""
-    from dvc.config import Config
-
-    configured = Config(dvc_dir=str(Path(root) / ".dvc"))["cache"].get("dir")
-    return Path(configured) if configured else Path(root).resolve() / ".dvc" / "cache"
-
-
 def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = "tiny", seed_set: str | None = None,
                            precision: str = AUTO, share_cache: bool = True) -> Draw:
     """A copy of the checkout `root` at `dest` (default: default_workspace) set to the draw:
     params.yaml with `profile`, seed set `seed_set` and, for precision float32, the three
-    settings forced to float32; DVC initialised (a git repo, the checkout's .dvc/config) and,
-    with `share_cache`, the checkout's DVC cache as its cache (.dvc/config.local), so a stage
-    that some earlier run computed from the same inputs is restored instead of run again.
+    settings forced to float32; DVC initialised (a git repo, the checkout's .dvc/config) with
+    the checkout's default remote and, with `share_cache`, the checkout's DVC cache as its cache
+    (.dvc/config.local: pipeline.checkout_copy.write_local_config), so a stage that some earlier
+    run computed from the same inputs is restored instead of run again.
 
     An existing workspace of the same draw is returned as it is (`resumed`), its code and data
     untouched, so `dvc repro` there resumes; one of another draw is refused."""
@@ -191,12 +187,9 @@ def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = 
         load_seed_sets(root / SEED_SETS_FILE).values(seed_set)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / _PREPARING).write_text("a draw workspace being prepared; preparing it again starts over\n")
-    copy_repo(dest, profile, root)
+    copy_checkout(dest, profile, root)
     switch_params(dest / "params.yaml", profile, seed_set, precision, root / SEED_SETS_FILE)
-    local = ["[core]", "    analytics = false"]
-    if share_cache:
-        local += ["[cache]", f"    dir = {dvc_cache_dir(root)}"]
-    write_text(dest / ".dvc" / "config.local", "\n".join(local) + "\n")
+    write_local_config(dest, root, share_cache)
     draw = Draw(dest, profile, seed_set, precision, commit, str(root),
                 dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     write_text(dest / DRAW_FILE, "# A draw's workspace (pipeline/draws.py); `python scripts/draw.py run` "
@@ -209,42 +202,12 @@ def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = 
 # running it
 
 
-def _venv_bin(root: Path) -> Path:
-    """The checkout's venv (root/.venv/bin) when it has one, else this interpreter's folder."""
-    candidate = Path(root) / ".venv" / "bin"
-    return candidate if (candidate / "python").exists() else Path(sys.executable).parent
-
-
-def draw_env(root: Path, draw: Draw, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a draw's commands: the checkout's venv first on PATH (DVC's `python`),
-    the checkout's MLflow store and artifacts (unless MLFLOW_TRACKING_URI / MLFLOW_ARTIFACT_ROOT
-    are set), runs tagged with the commit the workspace was copied from, telemetry off, and the
-    profile params.yaml's (MAOPD_PROFILE dropped, so DVC tracks it)."""
-    root = Path(root).resolve()
-    env = dict(os.environ if base is None else base)
-    for key, value in _QUIET_ENV.items():
-        env.setdefault(key, value)
-    env.update({
-        "PATH": f"{_venv_bin(root)}{os.pathsep}{env.get('PATH', '')}",
-        "MLFLOW_TRACKING_URI": env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}",
-        "MLFLOW_ARTIFACT_ROOT": env.get("MLFLOW_ARTIFACT_ROOT") or (root / "mlartifacts").as_uri(),
-        "MAOPD_GIT_COMMIT": draw.commit,
-    })
-    env.pop("MAOPD_PROFILE", None)
-    env.pop("MAOPD_STAGE_READS", None)
-    return env
-
-
 def _run(args: list[str], cwd: Path, env: dict[str, str], on_line: Callable[[str], None] | None) -> int:
+    """Run a draw's command: its output to this process's stdout and stderr (a terminal sees
+    DVC's own progress), or each cleaned line to `on_line`."""
     if on_line is None:
         return subprocess.run(args, cwd=cwd, env=env).returncode
-    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.strip():
-            on_line(line.rstrip("\n"))
-    return proc.wait()
+    return run_streamed(args, cwd, env, on_line)[0]
 
 
 @dataclass(frozen=True)
@@ -258,20 +221,20 @@ def run_draw(root: Path, profile: str = "tiny", seed_set: str | None = None, pre
              share_cache: bool = True, on_line: Callable[[str], None] | None = None) -> DrawResult:
     """Prepare (or resume) the draw's workspace, `dvc repro` there, give every stage an MLflow
     run (`python -m pipeline record-runs`, as `make repro` does), then keep the draw in the
-    checkout (keep_draw). `on_line` gets each output line (None: they go to this process's
-    stdout and stderr). Raises DrawFailed when a command fails; running again resumes."""
+    checkout (keep_draw). Commands run in pipeline.checkout_copy.dvc_env: the checkout's venv and
+    MLflow store, runs tagged with the commit the workspace was copied from. `on_line` gets each
+    output line (None: they go to this process's stdout and stderr). Raises DrawFailed when a
+    command fails; running again resumes."""
     root = Path(root).resolve()
     draw = prepare_draw_workspace(root, workspace, profile, seed_set, precision, share_cache)
-    env = draw_env(root, draw)
-    bin_dir = _venv_bin(root)
-    dvc = str(bin_dir / "dvc") if (bin_dir / "dvc").exists() else "dvc"
+    env = dvc_env(root, draw.commit, streamed=on_line is not None)
     since = time.time()
-    code = _run([dvc, "repro"], draw.workspace, env, on_line)
+    code = _run([dvc_executable(root), "repro"], draw.workspace, env, on_line)
     if code != 0:
         raise DrawFailed(f"dvc repro failed (exit {code}) in {draw.workspace}; fix the cause and run the draw again "
                          "to resume (finished stages are skipped)")
-    code = _run([str(bin_dir / "python"), "-m", "pipeline", "record-runs", "--since", str(since)], draw.workspace,
-                env, on_line)
+    code = _run([str(venv_bin(root) / "python"), "-m", "pipeline", "record-runs", "--since", str(since)],
+                draw.workspace, env, on_line)
     if code != 0:
         raise DrawFailed(f"python -m pipeline record-runs failed (exit {code}) in {draw.workspace}")
     report = draw.workspace / "reports" / profile / DRAW_REPORT

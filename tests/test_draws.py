@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.checkout_copy import default_remote_url, dvc_env
 from pipeline.config import load_params
 from pipeline.draws import (
     DRAW_FILE,
     DrawFailed,
     cpu_tag,
     default_name,
-    draw_env,
     keep_draw,
     list_draws,
     prepare_draw_workspace,
@@ -105,6 +105,9 @@ def test_a_workspace_holds_the_seed_set_and_float32_with_every_comment_kept(chec
     # DVC: a git repo, the checkout's config, its cache shared; none of the checkout's state copied
     assert (draw.workspace / ".git").is_dir() and (draw.workspace / ".dvc" / "config").exists()
     assert f"dir = {checkout.resolve() / '.dvc' / 'cache'}" in (draw.workspace / ".dvc" / "config.local").read_text()
+    # the config's remote is relative to .dvc/ (../.dvc-storage): the copy's points at the checkout's folder
+    assert "url = ../.dvc-storage" in (draw.workspace / ".dvc" / "config").read_text()
+    assert default_remote_url(draw.workspace) == str(checkout.resolve() / ".dvc-storage")
     assert not (draw.workspace / "dvc.lock").exists() and not (draw.workspace / "data").exists()
     assert (draw.workspace / "pipeline" / "__init__.py").read_text() == "# code\n"
 
@@ -118,6 +121,7 @@ def test_auto_precision_leaves_the_settings_and_a_dirty_checkout_is_named_so(che
     assert raw["tiny"]["base_model"]["bf16"] == "auto" and raw["tiny"]["engine"]["bf16"] == "auto"
     assert raw["tiny"]["data"]["seed"] == load_seed_sets(checkout / SEED_SETS_FILE).sets["B"]["data"]
     assert "cache" not in (draw.workspace / ".dvc" / "config.local").read_text()
+    assert default_remote_url(draw.workspace) == str(checkout.resolve() / ".dvc-storage")  # shared all the same
     assert (draw.workspace / "pipeline" / "__init__.py").read_text() == "# changed code\n"
 
 
@@ -177,12 +181,13 @@ def test_an_unknown_seed_set_or_precision_is_refused_before_copying(checkout, tm
 
 def test_the_draws_environment_uses_the_checkouts_venv_store_and_commit(checkout, tmp_path):
     draw = prepare_draw_workspace(checkout, tmp_path / "w", "tiny", "G")
-    env = draw_env(checkout, draw, base={"PATH": "/usr/bin", "MAOPD_PROFILE": "ci"})
+    env = dvc_env(checkout, draw.commit, base={"PATH": "/usr/bin", "MAOPD_PROFILE": "ci", "MAOPD_STAGE_READS": "/x"})
     assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{checkout.resolve() / 'mlflow.db'}"
     assert env["MLFLOW_ARTIFACT_ROOT"] == (checkout.resolve() / "mlartifacts").as_uri()
-    assert env["MAOPD_GIT_COMMIT"] == draw.commit and "MAOPD_PROFILE" not in env
+    assert env["MAOPD_GIT_COMMIT"] == draw.commit and "MAOPD_PROFILE" not in env and "MAOPD_STAGE_READS" not in env
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent) and env["DVC_NO_ANALYTICS"] == "1"
-    env = draw_env(checkout, draw, base={"PATH": "", "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
+    assert "TQDM_DISABLE" not in env  # a terminal's draw keeps DVC's progress bars
+    env = dvc_env(checkout, draw.commit, base={"PATH": "", "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
 
 

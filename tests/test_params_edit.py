@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from pipeline.checkout_copy import switch_profile
 from pipeline.draws import float32_settings
 from pipeline.errors import InputError
 from pipeline.params_edit import edit_file, literal, locate, set_values
@@ -117,7 +118,7 @@ def test_every_caller_edits_the_real_params_yaml_in_place(tmp_path):
     sets = load_seed_sets(REPO_ROOT / SEED_SETS_FILE)
     write_seed_set(params, "G", sets)
     edit_file(params, float32_settings("tiny"))
-    edit_file(params, {"profile": "ci"})  # as a copy of the checkout switches its profile
+    switch_profile(params, "ci")
     new = params.read_text()
     changed = [(a, b) for a, b in zip(original.splitlines(), new.splitlines(), strict=True) if a != b]
     assert len(changed) == 12 + 3 + 1  # the seeds of set G, the three precision settings, the profile
