@@ -7,6 +7,7 @@ the end-to-end tests, benchmarks and dev studies all run `dvc` in a copy of the 
                         (STATE: data, reports, DVC's own files, ...) left out except the profile's
                         kept draws, reports/<profile>/draws/ (an input of the report stage; DVC
                         refuses to run a stage whose dep is missing)
+    code_fingerprint    a short hash of the code a copy holds (what a draw of uncommitted code is named by)
     mirror              a folder made to hold the checkout's code with a profile (params.yaml's `profile`
                         switched through pipeline.params_edit); its state (data, dvc.lock) stays
     copy_checkout       a fresh scratch copy: mirror, then `git init`
@@ -18,6 +19,7 @@ the end-to-end tests, benchmarks and dev studies all run `dvc` in a copy of the 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -77,6 +79,17 @@ def dvc_files(checkout: Path) -> list[str]:
         elif path.is_dir():
             found += sorted(p.relative_to(checkout).as_posix() for p in path.rglob("*") if p.is_file())
     return found
+
+
+def code_fingerprint(checkout: Path) -> str:
+    """sha256 (12 hex digits) over the path and content of every code file (code_files, no kept
+    draws): two checkouts running the same code have the same fingerprint."""
+    digest = hashlib.sha256()
+    for rel in sorted(code_files(checkout)):
+        content = (Path(checkout) / rel).read_bytes()
+        digest.update(f"{rel}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()[:12]
 
 
 def same_file(src: Path, dst: Path) -> bool:

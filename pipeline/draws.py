@@ -6,11 +6,12 @@ the index, the base model and the engine forced to float32). The committed run i
 is one draw; `run_draw` makes another without touching the checkout's data, dvc.lock or report:
 
     prepare_draw_workspace   a copy of the checkout's code (pipeline.checkout_copy) under
-                             .maopd/draws/<profile>-<seed set>-<precision>-<commit>/, its params.yaml
-                             switched to the draw (pipeline.params_edit: only the seed integers and
-                             the three precision settings change; comments and layout stay),
-                             sharing the checkout's DVC cache and remote; draw.yaml there records
-                             what it is and the code's commit
+                             .maopd/draws/<profile>-<seed set>-<precision>-<commit>/ (uncommitted
+                             code: <commit>-dirty-<code fingerprint>), its params.yaml switched to
+                             the draw (pipeline.params_edit: only the seed integers and the three
+                             precision settings change; comments and layout stay), sharing the
+                             checkout's DVC cache and remote; draw.yaml there records what it is
+                             and the code's commit and fingerprint
     run_draw                 `dvc repro` there with the checkout's venv and MLflow store (the
                              draw's runs land beside the committed run's, tagged draw.*), then
                              `python -m pipeline record-runs`, then keep_draw. Running it again
@@ -40,6 +41,7 @@ import yaml
 
 from pipeline.checkout_copy import (
     STATE_DIR,
+    code_fingerprint,
     copy_checkout,
     dvc_env,
     dvc_executable,
@@ -56,7 +58,10 @@ from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 AUTO, FLOAT32 = "auto", "float32"
 PRECISIONS = (AUTO, FLOAT32)
 DRAWS_DIR = Path(STATE_DIR) / "draws"  # under the checkout; git-ignored (.maopd/)
-DRAW_FILE = "draw.yaml"  # in a workspace: what the draw is and the commit of its code
+DRAW_FILE = "draw.yaml"  # in a workspace: what the draw is, and the commit and fingerprint of its code
+# what a resumed draw says when the checkout's code is no longer the code its workspace holds
+CODE_CHANGED = ("the checkout's code has changed since {workspace} was prepared; this draw goes on with the code "
+                "it started with (delete the workspace to run the new code there, or run without --workspace)")
 _PREPARING = ".draw-preparing"  # in a workspace while its copy is being made; a rerun redoes it
 DRAW_REPORT = "draw.json"  # reports/<profile>/draw.json, written by the report stage
 KEPT_DIR = "draws"  # reports/<profile>/draws/<name>.json: the kept draws the report reads
@@ -114,11 +119,13 @@ class Draw:
     commit: str  # the checkout's code when the workspace was prepared
     source: str  # the checkout it was copied from
     prepared: str  # UTC, ISO 8601
+    code: str | None = None  # checkout_copy.code_fingerprint of the copied code (None: a workspace older than it)
     resumed: bool = False  # an existing workspace, kept as it was
+    code_changed: bool = False  # resumed, but the checkout's code is not the code the workspace holds
 
     def record(self) -> dict[str, Any]:
         return {"profile": self.profile, "seed_set": self.seed_set, "precision": self.precision,
-                "commit": self.commit, "source": self.source, "prepared": self.prepared}
+                "commit": self.commit, "code": self.code, "source": self.source, "prepared": self.prepared}
 
 
 def _check_precision(precision: str) -> None:
@@ -133,12 +140,20 @@ def checkout_commit(root: Path) -> str:
     return git_commit(root)
 
 
+def _uncommitted(commit: str) -> bool:
+    """Whether the code of `commit` (checkout_commit) is more than a commit names."""
+    return commit.endswith("-dirty") or commit == "unknown"
+
+
 def default_workspace(root: Path, profile: str, seed_set: str | None, precision: str,
-                      commit: str | None = None) -> Path:
-    """.maopd/draws/<profile>-<seed set>-<precision>-<commit, 7 digits>/ under `root`: the same
-    draw of the same code resumes there; new code starts a fresh workspace."""
+                      commit: str | None = None, code: str | None = None) -> Path:
+    """.maopd/draws/<profile>-<seed set>-<precision>-<commit, 7 digits>/ under `root`, and for
+    uncommitted code (a `-dirty` commit, or none) `-dirty-<code fingerprint, 8 digits>` after it:
+    the same draw of the same code resumes there; other code, committed or not, starts afresh."""
     commit = commit or checkout_commit(root)
-    short = commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+    short = commit[:7]
+    if _uncommitted(commit):
+        short += f"{'-dirty' if commit.endswith('-dirty') else ''}-{(code or code_fingerprint(root))[:8]}"
     return Path(root) / DRAWS_DIR / f"{profile}-{seed_set or 'params'}-{precision}-{short}"
 
 
@@ -154,7 +169,18 @@ def read_draw(workspace: Path) -> Draw | None:
     fields = ("profile", "seed_set", "precision", "commit", "source", "prepared")
     if not isinstance(doc, dict) or not set(fields) <= set(doc):
         raise InputError(f"{path}: expected a mapping with {', '.join(fields)}")
-    return Draw(Path(workspace), **{f: doc[f] for f in fields})
+    return Draw(Path(workspace), **{f: doc[f] for f in fields}, code=doc.get("code"))
+
+
+def _resumed(held: Draw, dest: Path, asked: tuple[str, str | None, str], commit: str, code: str) -> Draw:
+    """The workspace's draw, as it is; refused when it is another draw."""
+    if (held.profile, held.seed_set, held.precision) != asked:
+        raise InputError(f"{dest / DRAW_FILE}: this workspace holds the draw profile {held.profile}, seed set "
+                         f"{held.seed_set}, precision {held.precision}, not {', '.join(map(str, asked))}; "
+                         "choose another workspace or delete this one")
+    changed = (held.commit, held.code) != (commit, code)
+    return Draw(dest, held.profile, held.seed_set, held.precision, held.commit, held.source, held.prepared,
+                held.code, resumed=True, code_changed=changed)
 
 
 def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = "tiny", seed_set: str | None = None,
@@ -167,20 +193,17 @@ def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = 
     run computed from the same inputs is restored instead of run again.
 
     An existing workspace of the same draw is returned as it is (`resumed`), its code and data
-    untouched, so `dvc repro` there resumes; one of another draw is refused."""
+    untouched, so `dvc repro` there resumes (`code_changed` says when the checkout's code is no
+    longer the workspace's: the draw goes on with the code it started with); one of another
+    draw is refused."""
     _check_precision(precision)
     root = Path(root).resolve()
-    commit = checkout_commit(root)
-    dest = Path(dest).resolve() if dest is not None else default_workspace(root, profile, seed_set, precision, commit)
+    commit, code = checkout_commit(root), code_fingerprint(root)
+    dest = Path(dest).resolve() if dest is not None else default_workspace(root, profile, seed_set, precision, commit,
+                                                                           code)
     held = read_draw(dest)
     if held is not None:
-        asked = (profile, seed_set, precision)
-        if (held.profile, held.seed_set, held.precision) != asked:
-            raise InputError(f"{dest / DRAW_FILE}: this workspace holds the draw profile {held.profile}, seed set "
-                             f"{held.seed_set}, precision {held.precision}, not {', '.join(map(str, asked))}; "
-                             "choose another workspace or delete this one")
-        return Draw(dest, held.profile, held.seed_set, held.precision, held.commit, held.source, held.prepared,
-                    resumed=True)
+        return _resumed(held, dest, (profile, seed_set, precision), commit, code)
     if dest.exists() and any(dest.iterdir()) and not (dest / _PREPARING).exists():
         raise InputError(f"{dest}: exists and is not a draw workspace (no {DRAW_FILE}); choose an empty or new folder")
     if seed_set is not None:  # refuse an unknown set before copying anything
@@ -191,7 +214,7 @@ def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = 
     switch_params(dest / "params.yaml", profile, seed_set, precision, root / SEED_SETS_FILE)
     write_local_config(dest, root, share_cache)
     draw = Draw(dest, profile, seed_set, precision, commit, str(root),
-                dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+                dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code)
     write_text(dest / DRAW_FILE, "# A draw's workspace (pipeline/draws.py); `python scripts/draw.py run` "
                                  "again resumes it\n" + yaml.safe_dump(draw.record(), sort_keys=False))
     (dest / _PREPARING).unlink()

@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.checkout_copy import (
     code_files,
+    code_fingerprint,
     copy_checkout,
     default_remote_url,
     dvc_env,
@@ -77,6 +78,21 @@ def test_mirror_refreshes_code_and_keeps_the_copys_state(checkout, tmp_path):
     assert not (dest / "pipeline" / "untracked.py").exists() and (dest / "pipeline" / "x.py").read_text() == "x = 22\n"
     assert (dest / "dvc.lock").read_text() == "the copy's\n"
     assert (dest / "reports" / "tiny" / "paper.md").read_text() == "the copy's output\n"
+
+
+def test_the_fingerprint_follows_the_code_only(checkout):
+    first = code_fingerprint(checkout)
+    assert len(first) == 12 and code_fingerprint(checkout) == first
+    (checkout / "reports" / "tiny" / "draws" / "H.json").write_text("{}\n")  # the report's input, not code
+    (checkout / "data" / "more.bin").write_text("more\n")
+    (checkout / "dvc.lock").write_text("changed\n")
+    assert code_fingerprint(checkout) == first
+    (checkout / "pipeline" / "x.py").write_text("x = 2\n")
+    assert code_fingerprint(checkout) != first
+    (checkout / "pipeline" / "x.py").write_text("x = 1\n")
+    assert code_fingerprint(checkout) == first
+    (checkout / "pipeline" / "y.py").write_text("")  # a new file, even an empty one
+    assert code_fingerprint(checkout) != first
 
 
 def test_a_copys_local_config_shares_the_cache_and_the_remote(checkout, tmp_path):

@@ -277,7 +277,7 @@ def test_the_draws_flow_runs_one_task_per_seed_set_in_turn_and_fails_after_the_o
             raise DrawFailed("dvc repro failed (exit 1)")
         kept = tmp_path / f"{seed_set}.json"
         return SimpleNamespace(kept=kept, draw=SimpleNamespace(workspace=tmp_path / seed_set, resumed=False,
-                                                                commit="abc"))
+                                                                commit="abc", code_changed=seed_set == "D"))
 
     monkeypatch.setattr(draws, "run_draw", lambda checkout, **kw: fake_run_draw(checkout, **kw))
     assert draws.draws_flow(seed_sets=["B", "D"], precision="float32", checkout=str(tmp_path)) == {
