@@ -52,7 +52,7 @@ from pipeline.checkout_copy import (
 from pipeline.errors import InputError
 from pipeline.io import read_text, write_json, write_text
 from pipeline.params_edit import set_values
-from pipeline.report.draw_record import check_record
+from pipeline.report.draw_record import default_name, read_draw_report
 from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 
 AUTO, FLOAT32 = "auto", "float32"
@@ -291,45 +291,6 @@ def stage_times(root: Path, profile: str | None = None) -> dict[str, dict[str, f
             raise InputError(f"{path}, line {number}: expected a JSON object with stage, seconds and "
                              "peak_rss_mb") from None
     return latest
-
-
-def cpu_tag(cpu: str) -> str:
-    """A short, filename-safe tag of a CPU kind (pipeline.draw_identity.cpu_kind):
-    'Intel(R) Xeon(R) Platinum 8581C CPU @ 2.10GHz, family 6 model 207 (AMX, AVX512-BF16)' -> 'xeon-f6m207'."""
-    name = cpu.split(",")[0].lower()
-    words = [w for w in re.findall(r"[a-z][a-z0-9]*", name)
-             if w not in {"intel", "amd", "r", "tm", "cpu", "processor", "genuine", "authentic", "core", "ghz"}]
-    known = [w for w in words if w in {"xeon", "epyc", "ryzen", "threadripper", "opteron", "pentium", "celeron",
-                                       "atom", "graviton", "neoverse", "ampere", "apple"}]
-    family = (known or words or ["cpu"])[0]
-    found = re.search(r"family (\d+) model (\d+)", cpu)
-    return f"{family}-f{found.group(1)}m{found.group(2)}" if found else family
-
-
-def safe_name(text: str) -> str:
-    """`text` with every run of characters outside [A-Za-z0-9._-] made one '-'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "draw"
-
-
-def default_name(report: dict[str, Any]) -> str:
-    """<seed set>-<precision path>-<short cpu tag>, e.g. G-bf16-xeon-f6m207."""
-    return safe_name(f"{report['seed_set']}-{report['precision']}-{cpu_tag(report['cpu'])}")
-
-
-def read_draw_report(path: Path, profile: str) -> dict[str, Any]:
-    """A draw.json (the report stage's, or a kept one), checked for the fields a draw is named by."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no draw report; the report stage writes it (`make repro` in a checkout, "
-                         "`python scripts/draw.py run ...` for a draw's workspace)") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}, line {err.lineno}: not valid JSON ({err.msg})") from None
-    return check_record(report, Path(path), profile)
 
 
 def keep_draw(workspace: Path, root: Path, profile: str, name: str | None = None, replace: bool = False) -> Path:

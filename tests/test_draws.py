@@ -20,8 +20,6 @@ from pipeline.config import load_params
 from pipeline.draws import (
     DRAW_FILE,
     DrawFailed,
-    cpu_tag,
-    default_name,
     keep_draw,
     list_draws,
     prepare_draw_workspace,
@@ -30,6 +28,7 @@ from pipeline.draws import (
     switch_params,
 )
 from pipeline.errors import InputError
+from pipeline.report.draw_record import cpu_tag, default_name
 from pipeline.seed_sets import SEED_SETS_FILE, load_seed_sets
 
 from .conftest import REPO_ROOT
