@@ -13,7 +13,7 @@ import torch
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.engine.backend import EngineBackend
-from pipeline.engine.engine import EngineConfig
+from pipeline.engine.base import EngineConfig
 from pipeline.engine.packed import group_by_prompt, packed_logprobs, token_budget_parts
 from pipeline.engine.prefix_cache import PrefixCache
 from pipeline.engine.qwen3 import Qwen3Weights
@@ -251,7 +251,7 @@ def test_packed_ppo_update_matches_the_padded_one(tokenizer):
 def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prompts, monkeypatch):
     """Prefill and decode read masked positions of shorter rows: they must hold finite numbers even
     when the pool's fresh memory holds NaN (torch.empty gives whatever was there)."""
-    from pipeline.engine.attention import KVPool
+    from pipeline.engine.kv_pool import KVPool
 
     fresh = KVPool._new_chunk
     monkeypatch.setattr(KVPool, "_new_chunk", lambda self: fresh(self).fill_(float("nan")))

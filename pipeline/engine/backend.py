@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
-from pipeline.engine.engine import Engine, EngineConfig
+from pipeline.engine.base import EngineConfig
+from pipeline.engine.engine import Engine
 from pipeline.engine.qwen3 import Qwen3Weights
 from pipeline.engine.teacher_forcing import score_pairs
 from pipeline.policy.base import Generation, SamplingParams, validate_sampling, validate_scoring
