@@ -36,6 +36,8 @@ class EngineBackend(HFBackend):
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
                  ) -> list[list[Generation]]:
+        """Every prompt x sample submitted, each with its own budget (prompts are cut to fit by the
+        engine), stepped until all have ended."""
         validate_sampling(params, n, len(prompts), self.max_context)
         if not self.engine.idle:
             raise RuntimeError("engine: generate called while a rollout is running on it")
@@ -43,7 +45,6 @@ class EngineBackend(HFBackend):
         seeds = sample_seeds(params, len(prompts), n)
         for i, prompt in enumerate(prompts):
             budget = params.max_new_tokens if budgets is None else min(budgets[i], params.max_new_tokens)
-            prompt = truncate_left(prompt, self.max_context - params.max_new_tokens)
             for j in range(n):
                 self.engine.submit((i, j), prompt, budget, temperature=params.temperature, top_p=params.top_p,
                                    stop=params.stop, seed=None if seeds is None else seeds[i * n + j])
@@ -53,7 +54,7 @@ class EngineBackend(HFBackend):
     def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
               temperature: float = 1.0) -> list[list[float]]:
         validate_scoring(prompts, responses, temperature, self.max_context)
-        pairs = [(truncate_left(p, self.max_context - len(r)), list(r)) for p, r in zip(prompts, responses)]
+        prompts = [truncate_left(p, self.max_context - len(r)) for p, r in zip(prompts, responses)]
         self.engine.check_weights()
-        return score_pairs(self.weights, self.engine.cache, [p for p, _ in pairs], [r for _, r in pairs],
+        return score_pairs(self.weights, self.engine.cache, prompts, [list(r) for r in responses],
                            temperature, device=self.device, stats=self.engine.stats)

@@ -38,6 +38,7 @@ from pipeline.engine.qwen3 import Qwen3Weights, forward_hidden, logits_of
 from pipeline.engine.scheduler import Waiting
 from pipeline.errors import InputError
 from pipeline.policy.base import Generation
+from pipeline.policy.encoding import truncate_left
 from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.sampling_seeds import keyed_uniforms
 from pipeline.policy.stopping import StopStringChecker
@@ -67,14 +68,14 @@ class Engine:
     def submit(self, key: Hashable, prompt: Sequence[int], max_new_tokens: int, *, temperature: float = 1.0,
                top_p: float = 1.0, stop: Sequence[str] = (), seed: int | None = None,
                priority: tuple = ()) -> None:
-        """Queue a request; waiting requests are admitted by `priority`, then in submission order."""
+        """Queue a request; waiting requests are admitted by `priority`, then in submission order.
+        A prompt longer than the context leaves room for is cut from the left (with a warning)."""
         if max_new_tokens < 1 or max_new_tokens >= self.capacity:
             raise InputError(f"max_new_tokens: expected 1..{self.capacity - 1}, got {max_new_tokens}")
         if not prompt:
             raise InputError(f"request {key!r}: expected a prompt of at least one token")
-        prompt = list(prompt)[-(self.capacity - max_new_tokens):]
-        request = Request(key, prompt, max_new_tokens, float(temperature), float(top_p),
-                          tuple(s for s in stop if s), seed)
+        request = Request(key, truncate_left(prompt, self.capacity - max_new_tokens), max_new_tokens,
+                          float(temperature), float(top_p), tuple(s for s in stop if s), seed)
         self.waiting.push(request, priority)
 
     @property
