@@ -122,6 +122,16 @@ def test_rejects_bad_requests(model, tokenizer, prompts):
         backend.score([[]], [[1]])
 
 
+def test_a_long_prompt_is_cut_to_fit_with_a_warning(model, tokenizer, prompts):
+    """Engine.submit cuts a prompt to the positions its budget leaves (256 - 10 here), for generate
+    and the rollout driver alike."""
+    long = [t for p in prompts for t in p][:300]
+    params = seeded(1, max_new_tokens=10)
+    with pytest.warns(UserWarning, match="truncated from the left"):
+        cut = engine(model, tokenizer).generate([long], params)
+    assert cut == engine(model, tokenizer).generate([long[-246:]], params)
+
+
 def test_grouped_query_attention(tokenizer, prompts):
     """One key/value head shared by four query heads (the ci profile's shape)."""
     gqa = random_model(tokenizer, kv_heads=1, seed=3)
