@@ -293,3 +293,17 @@ def test_prefix_cache_finds_the_longest_cached_prefix():
             assert cache.gather(parts)[0, 0, :, 0].tolist() == probe[:n]
         cache.insert(ids, lambda a, b, ids=ids: torch.tensor(ids[a:b], dtype=torch.float32).view(1, 1, -1, 1))
         inserted.append(ids)
+
+
+def test_one_backend_scores_after_it_generated_and_generates_after_it_scored(model, tokenizer, prompts):
+    """The prefix cache's storage is written in inference mode by both (generation and scoring share it)."""
+    backend = engine(model, tokenizer)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=3)
+    generated = backend.generate(prompts[:4], params)
+    responses = [g[0].token_ids for g in generated]
+    scored = backend.score(prompts[:4], responses)
+    reference = HFBackend(model, tokenizer).score(prompts[:4], responses)
+    assert max(abs(a - b) for x, y in zip(reference, scored) for a, b in zip(x, y)) < TOLERANCE
+    fresh = engine(model, tokenizer)
+    fresh.score(prompts[:4], responses)
+    assert [g[0].token_ids for g in fresh.generate(prompts[:4], params)] == responses

@@ -66,11 +66,11 @@ def _score_pass(weights, layers, cache, prompts, responses, picked, temperature,
         if temperature != 1.0:
             logits = logits / temperature
         logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(labels, device=device)[:, None])[:, 0]
-    values = logp.tolist()
-    start = 0
-    for index, (i, _, _) in enumerate(picked):
-        out[i] = values[start:start + len(responses[i])]
-        start += len(responses[i])
-        if cache.budget:
-            kv = attention.full_kv(index)
-            cache.insert(list(prompts[i]), lambda a, b, kv=kv: kv[:, :, a:b])
+        values = logp.tolist()
+        start = 0
+        for index, (i, _, _) in enumerate(picked):
+            out[i] = values[start:start + len(responses[i])]
+            start += len(responses[i])
+            if cache.budget:  # inside inference mode, as the engine's own inserts are: one slab for both
+                kv = attention.full_kv(index)
+                cache.insert(list(prompts[i]), lambda a, b, kv=kv: kv[:, :, a:b])
