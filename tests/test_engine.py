@@ -296,14 +296,17 @@ def test_prefix_cache_finds_the_longest_cached_prefix():
 
 
 def test_one_backend_scores_after_it_generated_and_generates_after_it_scored(model, tokenizer, prompts):
-    """The prefix cache's storage is written in inference mode by both (generation and scoring share it)."""
+    """The prefix cache's storage is written in inference mode by both (generation and scoring
+    share it): scoring prompts the generation did not cache, after it, inserts into that storage."""
     backend = engine(model, tokenizer)
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=3)
-    generated = backend.generate(prompts[:4], params)
-    responses = [g[0].token_ids for g in generated]
-    scored = backend.score(prompts[:4], responses)
-    reference = HFBackend(model, tokenizer).score(prompts[:4], responses)
+    backend.generate(prompts[:4], params)
+    others = [p + [7, 8, 9] for p in prompts[4:8]]
+    responses = [[5, 6, 7, 8]] * len(others)
+    scored = backend.score(others, responses)
+    reference = HFBackend(model, tokenizer).score(others, responses)
     assert max(abs(a - b) for x, y in zip(reference, scored) for a, b in zip(x, y)) < TOLERANCE
-    fresh = engine(model, tokenizer)
-    fresh.score(prompts[:4], responses)
-    assert [g[0].token_ids for g in fresh.generate(prompts[:4], params)] == responses
+    first = engine(model, tokenizer)
+    first.score(others, responses)
+    assert [g[0].token_ids for g in first.generate(prompts[:4], params)] == \
+        [g[0].token_ids for g in engine(model, tokenizer).generate(prompts[:4], params)]
