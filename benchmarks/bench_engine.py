@@ -175,7 +175,8 @@ def run_kernels(root: Path, precision: str) -> dict:
 
 
 def _kernels(model, dtype: torch.dtype, bandwidth: float, bound: float, sequence_flops) -> dict:
-    from pipeline.engine.attention import KVPool, PoolDecode, PoolPrefill
+    from pipeline.engine.attention import PoolDecode, PoolPrefill
+    from pipeline.engine.kv_pool import KVPool
     from pipeline.engine.qwen3 import MATMULS, Qwen3Weights, forward_hidden, logits_of
 
     weights = Qwen3Weights(model, None if dtype == torch.float32 else dtype)

@@ -58,12 +58,12 @@ def main() -> int:
     from flows.dvc_graph import stage_graph
     from flows.stages import paper_flow
     from flows.workspaces import RunLayout, run_stage
-    from pipeline.repo_copy import copy_repo
+    from pipeline.checkout_copy import copy_checkout
 
     if args.checkout:
         checkout = Path(args.checkout)
     else:
-        checkout = copy_repo(Path(tempfile.mkdtemp(prefix="bench_flow.")) / "repo", profile="tiny")
+        checkout = copy_checkout(Path(tempfile.mkdtemp(prefix="bench_flow.")) / "repo", profile="tiny")
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{checkout / 'mlflow.db'}")
     with prefect_server():
         if not args.checkout:

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.repo_copy import copy_repo
+from pipeline.checkout_copy import copy_checkout
 
 TRAINING = ("train@",)
 FOUNDATION = ("splits", "corpus", "validate_splits", "index")
@@ -62,7 +62,7 @@ def main() -> None:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     if work.exists() and args.keep:
         shutil.rmtree(work)
-    copy_repo(work, args.profile)
+    copy_checkout(work, args.profile)
     total = run_dvc(work, args.targets)
     noop = run_dvc(work, args.targets)
     rows = [json.loads(line) for line in (work / "data" / "timings.jsonl").read_text().splitlines()]

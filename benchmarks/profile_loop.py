@@ -128,7 +128,7 @@ def open_backend(kind: str, folder: Path):
 
         return HFBackend(folder)
     from pipeline.engine.backend import EngineBackend
-    from pipeline.engine.engine import EngineConfig
+    from pipeline.engine.base import EngineConfig
 
     return EngineBackend(folder, config=EngineConfig(bf16=kind == "engine-bf16"))
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from prefect import flow, get_run_logger, task
 
-from pipeline.draws import DrawFailed, run_draw
+from pipeline.draws import CODE_CHANGED, DrawFailed, run_draw
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SEED_SETS = ("G",)
@@ -26,6 +26,8 @@ def draw_task(seed_set: str | None, precision: str, profile: str, checkout: str,
     result = run_draw(Path(checkout), profile=profile, seed_set=seed_set, precision=precision, keep=keep,
                       replace=replace, on_line=logger.info)
     where = result.kept or result.draw.workspace
+    if result.draw.code_changed:
+        logger.warning(f"draw {seed_set}, {precision}: {CODE_CHANGED.format(workspace=result.draw.workspace)}")
     logger.info(f"draw {seed_set}, {precision}: {'resumed' if result.draw.resumed else 'ran'} in "
                 f"{result.draw.workspace} (code of {result.draw.commit}); {'kept as' if result.kept else 'left in'} "
                 f"{where}")

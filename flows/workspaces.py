@@ -12,6 +12,8 @@ through the DVC remote:
 Syncing back merges the stage's dvc.lock entry into the run root and checks its outputs out
 there, so `dvc status` in the run root is clean once the flow ends.
 
+Copying the code, the environment of `dvc`, running it and the copies' DVC config are
+pipeline.checkout_copy's, shared with draws; this module lays out and drives the flow's copies.
 No Prefect here: these are plain functions the flow's tasks call.
 """
 
@@ -23,7 +25,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,15 +34,11 @@ from typing import Any
 
 import yaml
 
+from pipeline import checkout_copy
+from pipeline.checkout_copy import STATE_DIR, default_remote_url, dvc_env, dvc_executable, run_dvc
 from pipeline.io import write_text as atomic_write_text
 
-STATE_DIR = ".maopd"
-# Top-level paths of a checkout that are state, never code: not mirrored, never deleted.
-_STATE = ("data", "reports", ".dvc", STATE_DIR, "dvc.lock", "mlflow.db", "mlartifacts", ".git")
-_KEPT_DRAWS = re.compile(r"^reports/[^/]+/draws/")
 _sync_lock = threading.Lock()
-# Under .dvc/: the plot templates (dvc.yaml names them) and the offline page `make setup` writes.
-_PLOT_FILES = ("plots", "offline_plots.html")
 
 
 class StageFailed(RuntimeError):
@@ -76,61 +73,11 @@ def repro_status(output: str, stage: str) -> str:
     return "ran"
 
 
-def dvc_executable() -> str:
-    candidate = Path(sys.executable).with_name("dvc")
-    return str(candidate) if candidate.exists() else "dvc"
-
-
 def stage_env(layout: RunLayout) -> dict[str, str]:
-    """The environment of every `dvc` call: stage commands call `python` (this interpreter),
-    track into the checkout's MLflow store, tag runs with the checkout's commit, flush their
-    output line by line and draw no progress bars (the lines go to Prefect's log)."""
-    env = dict(os.environ)
-    env.update({
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        "DVC_NO_ANALYTICS": "1",
-        "MLFLOW_TRACKING_URI": env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{layout.checkout / 'mlflow.db'}",
-        "MLFLOW_ARTIFACT_ROOT": env.get("MLFLOW_ARTIFACT_ROOT") or (layout.checkout / "mlartifacts").as_uri(),
-        "MAOPD_GIT_COMMIT": layout.commit,
-        "PYTHONUNBUFFERED": "1",
-        "TQDM_DISABLE": "1",
-    })
-    env.pop("MAOPD_PROFILE", None)  # the profile is params.yaml's, so DVC tracks it
-    return env
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-# DVC's advice to a person at a terminal; a flow pushes and commits the lock itself.
-_HINTS = re.compile(r"^(Use `dvc push` to send your updates to remote storage\.|To track the changes with git, run:|"
-                    r"To enable auto staging, run:|\s*(git add |dvc config core\.autostage true).*)$")
-
-
-def clean_line(raw: str) -> str | None:
-    """What a log shows of one output line: the last state of a line redrawn with `\\r`
-    (progress bars), without ANSI colour codes; None for blank lines and DVC's hints."""
-    segments = [seg for seg in _ANSI.sub("", raw.rstrip("\n")).split("\r") if seg.strip()]
-    text = segments[-1].rstrip() if segments else ""
-    if not text.strip() or _HINTS.match(text):
-        return None
-    return text
-
-
-def run_dvc(args: list[str], cwd: Path, env: dict[str, str],
-            on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
-    """Run `dvc ARGS` in `cwd`; each cleaned output line goes to `on_line` as it is printed.
-    Returns the exit code and the whole (cleaned) output."""
-    proc = subprocess.Popen([dvc_executable(), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
-    lines = []
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = clean_line(raw)
-        if line is None:
-            continue
-        lines.append(line)
-        if on_line is not None:
-            on_line(line)
-    return proc.wait(), "\n".join(lines)
+    """The environment of every `dvc` call (pipeline.checkout_copy.dvc_env): stage commands call
+    the checkout's `python`, track into the checkout's MLflow store, tag runs with the checkout's
+    commit, flush their output line by line and draw no progress bars (the lines go to Prefect's log)."""
+    return dvc_env(layout.checkout, layout.commit, streamed=True)
 
 
 @dataclass(frozen=True)
@@ -153,10 +100,6 @@ class RunLayout:
         return self.checkout / STATE_DIR / "work" / self.profile / stage.replace("@", "--")
 
     @property
-    def cache_dir(self) -> Path:
-        return self.checkout / ".dvc" / "cache"
-
-    @property
     def commit(self) -> str:
         from pipeline.tracking import git_commit
 
@@ -167,86 +110,11 @@ def checkout_profile(checkout: Path) -> str:
     return str(yaml.safe_load((checkout / "params.yaml").read_text())["profile"])
 
 
-def code_files(checkout: Path) -> list[str]:
-    """Tracked and untracked-but-not-ignored files of the checkout, state excluded, except the
-    kept draws under reports/ (inputs of the report stage)."""
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=checkout,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    return [f for f in out if (f.split("/")[0] not in _STATE or _KEPT_DRAWS.match(f)) and (checkout / f).is_file()]
-
-
-def _mirrored_roots(files: list[str]) -> set[str]:
-    """The folders a mirror owns: each top-level code folder, and each profile's kept-draws
-    folder (never the rest of reports/, whose outputs belong to the workspace)."""
-    return {m.group(0).rstrip("/") if (m := _KEPT_DRAWS.match(f)) else f.split("/")[0] for f in files}
-
-
-def default_remote_url(checkout: Path) -> str | None:
-    """The checkout's default DVC remote as an absolute path when it is a local folder given
-    relative to `.dvc/` (copies elsewhere must point at the same folder); other URLs as they are."""
-    from dvc.config import Config
-
-    config = Config(dvc_dir=str(checkout / ".dvc"))
-    name = config["core"].get("remote")
-    if not name:
-        return None
-    url = str(config["remote"][name]["url"])
-    if "://" in url or os.path.isabs(url):
-        return url
-    return str((checkout / ".dvc" / url).resolve())
-
-
 def mirror(layout: RunLayout, dest: Path) -> None:
     """Make `dest` a copy of the checkout's code with the layout's profile; keep its state
-    (data, dvc.lock); point its DVC cache and remote at the checkout's."""
-    files = code_files(layout.checkout)
-    keep = set(files)
-    dest.mkdir(parents=True, exist_ok=True)
-    for top in _mirrored_roots(files):  # files deleted from the checkout leave the copy too
-        path = dest / top
-        if path.is_dir():
-            for p in path.rglob("*"):
-                if p.is_file() and p.relative_to(dest).as_posix() not in keep and "__pycache__" not in p.parts:
-                    p.unlink()
-    for rel in files:
-        src, dst = layout.checkout / rel, dest / rel
-        if _same_file(src, dst):
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
-    params = dest / "params.yaml"
-    text = params.read_text()
-    switched = re.sub(r"(?m)^profile: .*$", f"profile: {layout.profile}", text)
-    if switched != text:
-        atomic_write_text(params, switched)
-    (dest / ".dvc").mkdir(exist_ok=True)
-    shutil.copy2(layout.checkout / ".dvc" / "config", dest / ".dvc" / "config")
-    for rel in _PLOT_FILES:  # so `dvc plots show` works in a run root too
-        src = layout.checkout / ".dvc" / rel
-        if src.is_dir():
-            shutil.copytree(src, dest / ".dvc" / rel, dirs_exist_ok=True)
-        elif src.is_file() and not _same_file(src, dest / ".dvc" / rel):
-            shutil.copy2(src, dest / ".dvc" / rel)
-    local = ["[core]", "    no_scm = true", "[cache]", f"    dir = {layout.cache_dir}"]
-    url, name = default_remote_url(layout.checkout), _remote_name(layout.checkout)
-    if url and name:
-        local += [f"['remote \"{name}\"']", f"    url = {url}"]
-    atomic_write_text(dest / ".dvc" / "config.local", "\n".join(local) + "\n")
-
-
-def _same_file(src: Path, dst: Path) -> bool:
-    """Size and modification time (copy2 keeps it), as rsync decides; reading both files
-    for every stage of every run cost seconds."""
-    if not dst.is_file():
-        return False
-    a, b = src.stat(), dst.stat()
-    return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
-
-
-def _remote_name(checkout: Path) -> str | None:
-    from dvc.config import Config
-
-    return Config(dvc_dir=str(checkout / ".dvc"))["core"].get("remote")
+    (data, dvc.lock); point its DVC cache and remote at the checkout's (pipeline.checkout_copy)."""
+    checkout_copy.mirror(layout.checkout, dest, layout.profile)
+    checkout_copy.write_local_config(dest, layout.checkout, share_cache=True, no_scm=True)
 
 
 def prepare_root(layout: RunLayout) -> Path:
@@ -323,7 +191,7 @@ class _Phase:
 def stale_stages(layout: RunLayout) -> set[str] | None:
     """The stages `dvc status` finds changed in the run root (deps, params, or outputs that
     differ or are missing); None when it cannot tell. One DVC call for the whole DAG."""
-    proc = subprocess.run([dvc_executable(), "status", "--json"], cwd=layout.root, env=stage_env(layout),
+    proc = subprocess.run([dvc_executable(layout.checkout), "status", "--json"], cwd=layout.root, env=stage_env(layout),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         return None
@@ -357,16 +225,16 @@ def run_stage(layout: RunLayout, stage: str, upstream: list[str], push: bool = T
         ws = prepare_workspace(layout, stage, upstream)
     with clock("pull"):
         # --allow-missing: a stage never run anywhere has nothing to pull yet
-        code, out = run_dvc(["pull", "--allow-missing", *upstream, stage], ws, env)
+        code, out = run_dvc(["pull", "--allow-missing", *upstream, stage], ws, env, checkout=layout.checkout)
         if code != 0 and upstream:
             _check(code, out, f"dvc pull {' '.join(upstream)} (inputs of {stage})")
     with clock("repro"):
-        code, repro_out = run_dvc(["repro", "--single-item", stage], ws, env, on_line)
+        code, repro_out = run_dvc(["repro", "--single-item", stage], ws, env, on_line, layout.checkout)
         _check(code, repro_out, f"dvc repro --single-item {stage}")
     status = repro_status(repro_out, stage)
     if push and status != "skipped" and default_remote_url(layout.checkout):  # skipped: pulled, so on the remote
         with clock("push"):
-            code, out = run_dvc(["push", stage], ws, env)
+            code, out = run_dvc(["push", stage], ws, env, checkout=layout.checkout)
             _check(code, out, f"dvc push {stage}")
     with clock("sync"):
         sync_back(layout, ws, stage, uncached)
@@ -405,7 +273,7 @@ def sync_back(layout: RunLayout, ws: Path, stage: str, uncached: list[str] | Non
     entry = stage_lock_entry(ws / "dvc.lock", stage)
     with _sync_lock, _file_lock(root / ".dvc" / "tmp" / "maopd-sync.lock"):
         merge_lock_entry(root / "dvc.lock", stage, entry)
-        code, out = run_dvc(["checkout", "--force", stage], root, stage_env(layout))
+        code, out = run_dvc(["checkout", "--force", stage], root, stage_env(layout), checkout=layout.checkout)
         _check(code, out, f"dvc checkout {stage} (run root {root})")
         for rel in (uncached if uncached is not None else _uncached_outs(ws, stage)):
             _replace(ws / rel, root / rel)  # after the checkout, which removes what it cannot restore

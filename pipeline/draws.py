@@ -5,11 +5,13 @@ and/or another precision path ("auto": bfloat16 where the CPU computes it native
 the index, the base model and the engine forced to float32). The committed run in the checkout
 is one draw; `run_draw` makes another without touching the checkout's data, dvc.lock or report:
 
-    prepare_draw_workspace   a copy of the checkout's code (pipeline.repo_copy) under
-                             .maopd/draws/<profile>-<seed set>-<precision>-<commit>/, its params.yaml
-                             switched to the draw (only the seed integers and the three precision
-                             settings change; comments and layout stay), sharing the checkout's
-                             DVC cache; draw.yaml there records what it is and the code's commit
+    prepare_draw_workspace   a copy of the checkout's code (pipeline.checkout_copy) under
+                             .maopd/draws/<profile>-<seed set>-<precision>-<commit>/ (uncommitted
+                             code: <commit>-dirty-<code fingerprint>), its params.yaml switched to
+                             the draw (pipeline.params_edit: only the seed integers and the three
+                             precision settings change; comments and layout stay), sharing the
+                             checkout's DVC cache and remote; draw.yaml there records what it is
+                             and the code's commit and fingerprint
     run_draw                 `dvc repro` there with the checkout's venv and MLflow store (the
                              draw's runs land beside the committed run's, tagged draw.*), then
                              `python -m pipeline record-runs`, then keep_draw. Running it again
@@ -27,36 +29,43 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ruamel.yaml
 import yaml
 
+from pipeline.checkout_copy import (
+    STATE_DIR,
+    code_fingerprint,
+    copy_checkout,
+    dvc_env,
+    dvc_executable,
+    run_streamed,
+    venv_bin,
+    write_local_config,
+)
 from pipeline.errors import InputError
-from pipeline.io import write_json, write_text
-from pipeline.repo_copy import copy_repo
-from pipeline.report.draw_record import check_record
+from pipeline.io import read_text, write_json, write_text
+from pipeline.params_edit import set_values
+from pipeline.report.draw_record import default_name, read_draw_report
 from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 
 AUTO, FLOAT32 = "auto", "float32"
 PRECISIONS = (AUTO, FLOAT32)
-DRAWS_DIR = Path(".maopd") / "draws"  # under the checkout; git-ignored (.maopd/)
-DRAW_FILE = "draw.yaml"  # in a workspace: what the draw is and the commit of its code
+DRAWS_DIR = Path(STATE_DIR) / "draws"  # under the checkout; git-ignored (.maopd/)
+DRAW_FILE = "draw.yaml"  # in a workspace: what the draw is, and the commit and fingerprint of its code
+# what a resumed draw says when the checkout's code is no longer the code its workspace holds
+CODE_CHANGED = ("the checkout's code has changed since {workspace} was prepared; this draw goes on with the code "
+                "it started with (delete the workspace to run the new code there, or run without --workspace)")
 _PREPARING = ".draw-preparing"  # in a workspace while its copy is being made; a rerun redoes it
 DRAW_REPORT = "draw.json"  # reports/<profile>/draw.json, written by the report stage
 KEPT_DIR = "draws"  # reports/<profile>/draws/<name>.json: the kept draws the report reads
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Telemetry off and the hub offline, as the Makefile exports them for `make repro`
-_QUIET_ENV = {"DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "GX_ANALYTICS_ENABLED": "false",
-              "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 class DrawFailed(RuntimeError):
@@ -76,66 +85,14 @@ def _absent_means_float32(key: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# params.yaml, edited as text
-
-
-_SCALAR = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'|[^\s#,\[\]{}]+")
-
-
-def _literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def apply_scalar_values(text: str, values: dict[str, Any], params_name: str = "params.yaml",
-                        optional: Callable[[str], bool] = lambda key: False) -> str:
-    """`text` with the scalar at each dotted key of `values` rewritten; every other byte stays
-    (comments, layout, anchors). The result is checked to load with exactly those values. A key
-    absent from `text` is an error unless `optional(key)`, when it is left out."""
-    try:
-        doc = ruamel.yaml.YAML().load(text)
-    except ruamel.yaml.YAMLError as err:
-        raise InputError(f"{params_name}: not valid YAML: {err}") from None
-    lines = text.splitlines(keepends=True)
-    spans = []
-    present = {}
-    for key, value in values.items():
-        node = doc
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-            if node is None:
-                break
-        if not isinstance(node, dict) or leaf not in node:
-            if isinstance(node, dict) and optional(key):
-                continue
-            raise InputError(f"{params_name}: no key {key}")
-        present[key] = value
-        if isinstance(node[leaf], (dict, list)):
-            raise InputError(f"{params_name}: {key}: expected a single value, got a {type(node[leaf]).__name__}")
-        line, column = node.lc.value(leaf)
-        token = _SCALAR.match(lines[line], column)
-        if token is None:
-            raise InputError(f"{params_name}, line {line + 1}: {key}: no plain value at column {column + 1}")
-        spans.append((line, token.start(), token.end(), _literal(value)))
-    for line, start, end, literal in sorted(spans, reverse=True):
-        lines[line] = f"{lines[line][:start]}{literal}{lines[line][end:]}"
-    new_text = "".join(lines)
-    loaded = yaml.safe_load(new_text)
-    for key, value in present.items():
-        node = loaded
-        for part in key.split("."):
-            node = node[part]
-        if node != value or type(node) is not type(value):
-            raise InputError(f"{params_name}: {key}: rewriting it gave {node!r}, not {value!r}")
-    return new_text
+# params.yaml, switched to the draw
 
 
 def switch_params(params: Path, profile: str, seed_set: str | None, precision: str,
                   seed_sets_file: Path = SEED_SETS_FILE) -> None:
-    """Put seed set `seed_set` (None: keep the seeds) and the precision path into `params`."""
-    text = _read_text(params)
+    """Put seed set `seed_set` (None: keep the seeds) and the precision path into `params`
+    (pipeline.params_edit: only those values are rewritten)."""
+    text = read_text(params)
     new_text = text
     if seed_set is not None:
         sets = load_seed_sets(seed_sets_file)
@@ -144,16 +101,9 @@ def switch_params(params: Path, profile: str, seed_set: str | None, precision: s
                              "run this profile's draw without a seed set")
         new_text, _ = apply_seed_values(new_text, sets.values(seed_set), str(params))
     if precision == FLOAT32:
-        new_text = apply_scalar_values(new_text, float32_settings(profile), str(params), _absent_means_float32)
+        new_text = set_values(new_text, float32_settings(profile), str(params), _absent_means_float32)
     if new_text != text:
         write_text(params, new_text)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,11 +119,13 @@ class Draw:
     commit: str  # the checkout's code when the workspace was prepared
     source: str  # the checkout it was copied from
     prepared: str  # UTC, ISO 8601
+    code: str | None = None  # checkout_copy.code_fingerprint of the copied code (None: a workspace older than it)
     resumed: bool = False  # an existing workspace, kept as it was
+    code_changed: bool = False  # resumed, but the checkout's code is not the code the workspace holds
 
     def record(self) -> dict[str, Any]:
         return {"profile": self.profile, "seed_set": self.seed_set, "precision": self.precision,
-                "commit": self.commit, "source": self.source, "prepared": self.prepared}
+                "commit": self.commit, "code": self.code, "source": self.source, "prepared": self.prepared}
 
 
 def _check_precision(precision: str) -> None:
@@ -188,12 +140,20 @@ def checkout_commit(root: Path) -> str:
     return git_commit(root)
 
 
+def _uncommitted(commit: str) -> bool:
+    """Whether the code of `commit` (checkout_commit) is more than a commit names."""
+    return commit.endswith("-dirty") or commit == "unknown"
+
+
 def default_workspace(root: Path, profile: str, seed_set: str | None, precision: str,
-                      commit: str | None = None) -> Path:
-    """.maopd/draws/<profile>-<seed set>-<precision>-<commit, 7 digits>/ under `root`: the same
-    draw of the same code resumes there; new code starts a fresh workspace."""
+                      commit: str | None = None, code: str | None = None) -> Path:
+    """.maopd/draws/<profile>-<seed set>-<precision>-<commit, 7 digits>/ under `root`, and for
+    uncommitted code (a `-dirty` commit, or none) `-dirty-<code fingerprint, 8 digits>` after it:
+    the same draw of the same code resumes there; other code, committed or not, starts afresh."""
     commit = commit or checkout_commit(root)
-    short = commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+    short = commit[:7]
+    if _uncommitted(commit):
+        short += f"{'-dirty' if commit.endswith('-dirty') else ''}-{(code or code_fingerprint(root))[:8]}"
     return Path(root) / DRAWS_DIR / f"{profile}-{seed_set or 'params'}-{precision}-{short}"
 
 
@@ -209,54 +169,52 @@ def read_draw(workspace: Path) -> Draw | None:
     fields = ("profile", "seed_set", "precision", "commit", "source", "prepared")
     if not isinstance(doc, dict) or not set(fields) <= set(doc):
         raise InputError(f"{path}: expected a mapping with {', '.join(fields)}")
-    return Draw(Path(workspace), **{f: doc[f] for f in fields})
+    return Draw(Path(workspace), **{f: doc[f] for f in fields}, code=doc.get("code"))
 
 
-def dvc_cache_dir(root: Path) -> Path:
-    """The checkout's DVC cache (`dvc cache dir`): its config's cache.dir, else .dvc/cache."""
-    from dvc.config import Config
-
-    configured = Config(dvc_dir=str(Path(root) / ".dvc"))["cache"].get("dir")
-    return Path(configured) if configured else Path(root).resolve() / ".dvc" / "cache"
+def _resumed(held: Draw, dest: Path, asked: tuple[str, str | None, str], commit: str, code: str) -> Draw:
+    """The workspace's draw, as it is; refused when it is another draw."""
+    if (held.profile, held.seed_set, held.precision) != asked:
+        raise InputError(f"{dest / DRAW_FILE}: this workspace holds the draw profile {held.profile}, seed set "
+                         f"{held.seed_set}, precision {held.precision}, not {', '.join(map(str, asked))}; "
+                         "choose another workspace or delete this one")
+    changed = (held.commit, held.code) != (commit, code)
+    return Draw(dest, held.profile, held.seed_set, held.precision, held.commit, held.source, held.prepared,
+                held.code, resumed=True, code_changed=changed)
 
 
 def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = "tiny", seed_set: str | None = None,
                            precision: str = AUTO, share_cache: bool = True) -> Draw:
     """A copy of the checkout `root` at `dest` (default: default_workspace) set to the draw:
     params.yaml with `profile`, seed set `seed_set` and, for precision float32, the three
-    settings forced to float32; DVC initialised (a git repo, the checkout's .dvc/config) and,
-    with `share_cache`, the checkout's DVC cache as its cache (.dvc/config.local), so a stage
-    that some earlier run computed from the same inputs is restored instead of run again.
+    settings forced to float32; DVC initialised (a git repo, the checkout's .dvc/config) with
+    the checkout's default remote and, with `share_cache`, the checkout's DVC cache as its cache
+    (.dvc/config.local: pipeline.checkout_copy.write_local_config), so a stage that some earlier
+    run computed from the same inputs is restored instead of run again.
 
     An existing workspace of the same draw is returned as it is (`resumed`), its code and data
-    untouched, so `dvc repro` there resumes; one of another draw is refused."""
+    untouched, so `dvc repro` there resumes (`code_changed` says when the checkout's code is no
+    longer the workspace's: the draw goes on with the code it started with); one of another
+    draw is refused."""
     _check_precision(precision)
     root = Path(root).resolve()
-    commit = checkout_commit(root)
-    dest = Path(dest).resolve() if dest is not None else default_workspace(root, profile, seed_set, precision, commit)
+    commit, code = checkout_commit(root), code_fingerprint(root)
+    dest = Path(dest).resolve() if dest is not None else default_workspace(root, profile, seed_set, precision, commit,
+                                                                           code)
     held = read_draw(dest)
     if held is not None:
-        asked = (profile, seed_set, precision)
-        if (held.profile, held.seed_set, held.precision) != asked:
-            raise InputError(f"{dest / DRAW_FILE}: this workspace holds the draw profile {held.profile}, seed set "
-                             f"{held.seed_set}, precision {held.precision}, not {', '.join(map(str, asked))}; "
-                             "choose another workspace or delete this one")
-        return Draw(dest, held.profile, held.seed_set, held.precision, held.commit, held.source, held.prepared,
-                    resumed=True)
+        return _resumed(held, dest, (profile, seed_set, precision), commit, code)
     if dest.exists() and any(dest.iterdir()) and not (dest / _PREPARING).exists():
         raise InputError(f"{dest}: exists and is not a draw workspace (no {DRAW_FILE}); choose an empty or new folder")
     if seed_set is not None:  # refuse an unknown set before copying anything
         load_seed_sets(root / SEED_SETS_FILE).values(seed_set)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / _PREPARING).write_text("a draw workspace being prepared; preparing it again starts over\n")
-    copy_repo(dest, profile, root)
+    copy_checkout(dest, profile, root)
     switch_params(dest / "params.yaml", profile, seed_set, precision, root / SEED_SETS_FILE)
-    local = ["[core]", "    analytics = false"]
-    if share_cache:
-        local += ["[cache]", f"    dir = {dvc_cache_dir(root)}"]
-    write_text(dest / ".dvc" / "config.local", "\n".join(local) + "\n")
+    write_local_config(dest, root, share_cache)
     draw = Draw(dest, profile, seed_set, precision, commit, str(root),
-                dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+                dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code)
     write_text(dest / DRAW_FILE, "# A draw's workspace (pipeline/draws.py); `python scripts/draw.py run` "
                                  "again resumes it\n" + yaml.safe_dump(draw.record(), sort_keys=False))
     (dest / _PREPARING).unlink()
@@ -267,42 +225,12 @@ def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = 
 # running it
 
 
-def _venv_bin(root: Path) -> Path:
-    """The checkout's venv (root/.venv/bin) when it has one, else this interpreter's folder."""
-    candidate = Path(root) / ".venv" / "bin"
-    return candidate if (candidate / "python").exists() else Path(sys.executable).parent
-
-
-def draw_env(root: Path, draw: Draw, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a draw's commands: the checkout's venv first on PATH (DVC's `python`),
-    the checkout's MLflow store and artifacts (unless MLFLOW_TRACKING_URI / MLFLOW_ARTIFACT_ROOT
-    are set), runs tagged with the commit the workspace was copied from, telemetry off, and the
-    profile params.yaml's (MAOPD_PROFILE dropped, so DVC tracks it)."""
-    root = Path(root).resolve()
-    env = dict(os.environ if base is None else base)
-    for key, value in _QUIET_ENV.items():
-        env.setdefault(key, value)
-    env.update({
-        "PATH": f"{_venv_bin(root)}{os.pathsep}{env.get('PATH', '')}",
-        "MLFLOW_TRACKING_URI": env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}",
-        "MLFLOW_ARTIFACT_ROOT": env.get("MLFLOW_ARTIFACT_ROOT") or (root / "mlartifacts").as_uri(),
-        "MAOPD_GIT_COMMIT": draw.commit,
-    })
-    env.pop("MAOPD_PROFILE", None)
-    env.pop("MAOPD_STAGE_READS", None)
-    return env
-
-
 def _run(args: list[str], cwd: Path, env: dict[str, str], on_line: Callable[[str], None] | None) -> int:
+    """Run a draw's command: its output to this process's stdout and stderr (a terminal sees
+    DVC's own progress), or each cleaned line to `on_line`."""
     if on_line is None:
         return subprocess.run(args, cwd=cwd, env=env).returncode
-    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.strip():
-            on_line(line.rstrip("\n"))
-    return proc.wait()
+    return run_streamed(args, cwd, env, on_line)[0]
 
 
 @dataclass(frozen=True)
@@ -316,20 +244,20 @@ def run_draw(root: Path, profile: str = "tiny", seed_set: str | None = None, pre
              share_cache: bool = True, on_line: Callable[[str], None] | None = None) -> DrawResult:
     """Prepare (or resume) the draw's workspace, `dvc repro` there, give every stage an MLflow
     run (`python -m pipeline record-runs`, as `make repro` does), then keep the draw in the
-    checkout (keep_draw). `on_line` gets each output line (None: they go to this process's
-    stdout and stderr). Raises DrawFailed when a command fails; running again resumes."""
+    checkout (keep_draw). Commands run in pipeline.checkout_copy.dvc_env: the checkout's venv and
+    MLflow store, runs tagged with the commit the workspace was copied from. `on_line` gets each
+    output line (None: they go to this process's stdout and stderr). Raises DrawFailed when a
+    command fails; running again resumes."""
     root = Path(root).resolve()
     draw = prepare_draw_workspace(root, workspace, profile, seed_set, precision, share_cache)
-    env = draw_env(root, draw)
-    bin_dir = _venv_bin(root)
-    dvc = str(bin_dir / "dvc") if (bin_dir / "dvc").exists() else "dvc"
+    env = dvc_env(root, draw.commit, streamed=on_line is not None)
     since = time.time()
-    code = _run([dvc, "repro"], draw.workspace, env, on_line)
+    code = _run([dvc_executable(root), "repro"], draw.workspace, env, on_line)
     if code != 0:
         raise DrawFailed(f"dvc repro failed (exit {code}) in {draw.workspace}; fix the cause and run the draw again "
                          "to resume (finished stages are skipped)")
-    code = _run([str(bin_dir / "python"), "-m", "pipeline", "record-runs", "--since", str(since)], draw.workspace,
-                env, on_line)
+    code = _run([str(venv_bin(root) / "python"), "-m", "pipeline", "record-runs", "--since", str(since)],
+                draw.workspace, env, on_line)
     if code != 0:
         raise DrawFailed(f"python -m pipeline record-runs failed (exit {code}) in {draw.workspace}")
     report = draw.workspace / "reports" / profile / DRAW_REPORT
@@ -351,7 +279,7 @@ def stage_times(root: Path, profile: str | None = None) -> dict[str, dict[str, f
     if not path.exists():
         return None
     latest: dict[str, dict[str, float]] = {}
-    for number, line in enumerate(_read_text(path).splitlines(), 1):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -363,45 +291,6 @@ def stage_times(root: Path, profile: str | None = None) -> dict[str, dict[str, f
             raise InputError(f"{path}, line {number}: expected a JSON object with stage, seconds and "
                              "peak_rss_mb") from None
     return latest
-
-
-def cpu_tag(cpu: str) -> str:
-    """A short, filename-safe tag of a CPU kind (pipeline.draw_identity.cpu_kind):
-    'Intel(R) Xeon(R) Platinum 8581C CPU @ 2.10GHz, family 6 model 207 (AMX, AVX512-BF16)' -> 'xeon-f6m207'."""
-    name = cpu.split(",")[0].lower()
-    words = [w for w in re.findall(r"[a-z][a-z0-9]*", name)
-             if w not in {"intel", "amd", "r", "tm", "cpu", "processor", "genuine", "authentic", "core", "ghz"}]
-    known = [w for w in words if w in {"xeon", "epyc", "ryzen", "threadripper", "opteron", "pentium", "celeron",
-                                       "atom", "graviton", "neoverse", "ampere", "apple"}]
-    family = (known or words or ["cpu"])[0]
-    found = re.search(r"family (\d+) model (\d+)", cpu)
-    return f"{family}-f{found.group(1)}m{found.group(2)}" if found else family
-
-
-def safe_name(text: str) -> str:
-    """`text` with every run of characters outside [A-Za-z0-9._-] made one '-'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "draw"
-
-
-def default_name(report: dict[str, Any]) -> str:
-    """<seed set>-<precision path>-<short cpu tag>, e.g. G-bf16-xeon-f6m207."""
-    return safe_name(f"{report['seed_set']}-{report['precision']}-{cpu_tag(report['cpu'])}")
-
-
-def read_draw_report(path: Path, profile: str) -> dict[str, Any]:
-    """A draw.json (the report stage's, or a kept one), checked for the fields a draw is named by."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no draw report; the report stage writes it (`make repro` in a checkout, "
-                         "`python scripts/draw.py run ...` for a draw's workspace)") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}, line {err.lineno}: not valid JSON ({err.msg})") from None
-    return check_record(report, Path(path), profile)
 
 
 def keep_draw(workspace: Path, root: Path, profile: str, name: str | None = None, replace: bool = False) -> Path:

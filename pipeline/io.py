@@ -2,7 +2,7 @@
 so a killed stage never leaves a half-written file behind. Temporary files and folders are
 created with the process umask (0644 / 0755 under the usual umask 022), like any file the
 stage would write directly, and the leftovers of a write cut by a kill are cleaned on the
-next write of the same path. `read_parquet` turns an unreadable input into an InputError."""
+next write of the same path. `read_parquet` and `read_text` turn an unreadable input into an InputError."""
 
 from __future__ import annotations
 
@@ -119,6 +119,14 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The text of `path`; an InputError naming it when it cannot be read."""
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -5,11 +5,12 @@
     python scripts/draw.py keep .maopd/draws/tiny-G-auto-d764e7d [--name N]
     python scripts/draw.py list                                 # the kept draws (reports/<profile>/draws/)
 
-`run` copies this checkout's code to .maopd/draws/<profile>-<set>-<precision>-<commit>/ (or
---workspace), switches its params.yaml to the draw, runs `dvc repro` there with this checkout's
-venv, DVC cache and MLflow store, and keeps the draw's reports/<profile>/draw.json as
-reports/<profile>/draws/<name>.json here, where the report reads it. The committed run's data,
-dvc.lock and report are not touched. Run again, it resumes. Run from the repo root
+`run` copies this checkout's code to .maopd/draws/<profile>-<set>-<precision>-<commit>/
+(uncommitted code: <commit>-dirty-<code fingerprint>/; or --workspace), switches its params.yaml
+to the draw, runs `dvc repro` there with this checkout's venv, DVC cache and MLflow store, and
+keeps the draw's reports/<profile>/draw.json as reports/<profile>/draws/<name>.json here, where
+the report reads it. The committed run's data, dvc.lock and report are not touched. Run again,
+it resumes. Run from the repo root
 (docs/usage.md#draws).
 """
 
@@ -19,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.draws import PRECISIONS, DrawFailed, keep_draw, list_draws, read_draw, run_draw
+from pipeline.draws import CODE_CHANGED, PRECISIONS, DrawFailed, keep_draw, list_draws, read_draw, run_draw
 from pipeline.errors import InputError
 
 
@@ -71,6 +72,8 @@ def main(argv: list[str]) -> None:
                           keep=not args.no_keep, replace=args.replace, share_cache=not args.no_shared_cache)
         print(f"draw {'resumed' if result.draw.resumed else 'run'} in {result.draw.workspace} "
               f"(code of {result.draw.commit})")
+        if result.draw.code_changed:
+            print(f"note: {CODE_CHANGED.format(workspace=result.draw.workspace)}")
         print(f"kept as {result.kept}" if result.kept else
               f"not kept: python scripts/draw.py keep {result.draw.workspace}")
     elif args.command == "keep":

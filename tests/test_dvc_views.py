@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.checkout_copy import copy_checkout
 from pipeline.config import load_params
 from pipeline.eval.synthetic import synthetic_records
 from pipeline.paths import eval_dir
-from pipeline.repo_copy import copy_repo
 from pipeline.report.curves import CURVE_METRICS
 from pipeline.report.offline_plots import write_template
 from pipeline.systems import SYSTEMS
@@ -39,7 +39,7 @@ def built(tmp_path_factory) -> Path:
     store with two trained systems' curves."""
     from pipeline.stages.report import run_report
 
-    repo = copy_repo(tmp_path_factory.mktemp("views") / "repo", profile="ci")
+    repo = copy_checkout(tmp_path_factory.mktemp("views") / "repo", profile="ci")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo}/mlflow.db")
         mp.setenv("MLFLOW_ARTIFACT_ROOT", (repo / "mlartifacts").as_uri())

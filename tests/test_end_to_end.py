@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from pipeline.checkout_copy import copy_checkout
 from pipeline.cli import STAGE_READS_ENV
-from pipeline.repo_copy import copy_repo
 from pipeline.systems import SYSTEMS
 from tests.test_dvc_dag import covered, load_dvc_yaml, stage_bodies
 
@@ -38,7 +38,7 @@ def _dvc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    work = copy_repo(tmp_path_factory.mktemp("e2e") / "repo", profile="ci")
+    work = copy_checkout(tmp_path_factory.mktemp("e2e") / "repo", profile="ci")
     proc = _dvc(["repro"], work)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     return work

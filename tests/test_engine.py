@@ -13,7 +13,7 @@ import torch
 from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.engine.backend import EngineBackend
-from pipeline.engine.engine import EngineConfig
+from pipeline.engine.base import EngineConfig
 from pipeline.engine.packed import group_by_prompt, packed_logprobs, token_budget_parts
 from pipeline.engine.prefix_cache import PrefixCache
 from pipeline.engine.qwen3 import Qwen3Weights
@@ -120,6 +120,16 @@ def test_rejects_bad_requests(model, tokenizer, prompts):
         backend.generate(prompts[:2], SamplingParams(row_max_new_tokens=(1,)))
     with pytest.raises(InputError, match="prompts\\[0\\]"):
         backend.score([[]], [[1]])
+
+
+def test_a_long_prompt_is_cut_to_fit_with_a_warning(model, tokenizer, prompts):
+    """Engine.submit cuts a prompt to the positions its budget leaves (256 - 10 here), for generate
+    and the rollout driver alike."""
+    long = [t for p in prompts for t in p][:300]
+    params = seeded(1, max_new_tokens=10)
+    with pytest.warns(UserWarning, match="truncated from the left"):
+        cut = engine(model, tokenizer).generate([long], params)
+    assert cut == engine(model, tokenizer).generate([long[-246:]], params)
 
 
 def test_grouped_query_attention(tokenizer, prompts):
@@ -251,7 +261,7 @@ def test_packed_ppo_update_matches_the_padded_one(tokenizer):
 def test_unwritten_pool_memory_never_leaks_into_attention(model, tokenizer, prompts, monkeypatch):
     """Prefill and decode read masked positions of shorter rows: they must hold finite numbers even
     when the pool's fresh memory holds NaN (torch.empty gives whatever was there)."""
-    from pipeline.engine.attention import KVPool
+    from pipeline.engine.kv_pool import KVPool
 
     fresh = KVPool._new_chunk
     monkeypatch.setattr(KVPool, "_new_chunk", lambda self: fresh(self).fill_(float("nan")))
@@ -283,3 +293,20 @@ def test_prefix_cache_finds_the_longest_cached_prefix():
             assert cache.gather(parts)[0, 0, :, 0].tolist() == probe[:n]
         cache.insert(ids, lambda a, b, ids=ids: torch.tensor(ids[a:b], dtype=torch.float32).view(1, 1, -1, 1))
         inserted.append(ids)
+
+
+def test_one_backend_scores_after_it_generated_and_generates_after_it_scored(model, tokenizer, prompts):
+    """The prefix cache's storage is written in inference mode by both (generation and scoring
+    share it): scoring prompts the generation did not cache, after it, inserts into that storage."""
+    backend = engine(model, tokenizer)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=3)
+    backend.generate(prompts[:4], params)
+    others = [p + [7, 8, 9] for p in prompts[4:8]]
+    responses = [[5, 6, 7, 8]] * len(others)
+    scored = backend.score(others, responses)
+    reference = HFBackend(model, tokenizer).score(others, responses)
+    assert max(abs(a - b) for x, y in zip(reference, scored) for a, b in zip(x, y)) < TOLERANCE
+    first = engine(model, tokenizer)
+    first.score(others, responses)
+    assert [g[0].token_ids for g in first.generate(prompts[:4], params)] == \
+        [g[0].token_ids for g in engine(model, tokenizer).generate(prompts[:4], params)]

@@ -21,13 +21,12 @@ from flows.stages import paper_flow, retry_if_transient
 from flows.workspaces import (
     RunLayout,
     StageFailed,
-    dvc_executable,
     is_transient,
     merge_lock_entry,
     repro_status,
     run_stage,
 )
-from pipeline.repo_copy import copy_repo
+from pipeline.checkout_copy import copy_checkout, dvc_executable
 from pipeline.systems import SYSTEMS
 
 from .conftest import REPO_ROOT
@@ -154,13 +153,13 @@ def _dvc(args: list[str], cwd: Path) -> str:
 def test_dvc_remote_round_trip(tmp_path, monkeypatch):
     """A stage run and pushed in one clone is pulled into another, where it is up to date."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    first = copy_repo(tmp_path / "first", profile="ci")
+    first = copy_checkout(tmp_path / "first", profile="ci")
     outcome = run_stage(RunLayout.for_profile(first, None), "splits", [])
     assert outcome.status == "ran"
     storage = first / ".dvc-storage"
     assert any(p.is_file() for p in storage.rglob("*")), "dvc push wrote nothing to the remote"
 
-    second = copy_repo(tmp_path / "second", profile="ci")  # another machine: its own cache
+    second = copy_checkout(tmp_path / "second", profile="ci")  # another machine: its own cache
     shutil.copy2(first / "dvc.lock", second / "dvc.lock")  # what git carries between clones
     _dvc(["remote", "modify", "--local", "storage", "url", str(storage)], second)
     _dvc(["pull", "splits"], second)
@@ -176,7 +175,7 @@ def test_flow_runs_stages_then_skips_them(tmp_path, monkeypatch):
     from prefect.testing.utilities import prefect_test_harness
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    checkout = copy_repo(tmp_path / "repo", profile="tiny")
+    checkout = copy_checkout(tmp_path / "repo", profile="tiny")
     wanted = ["splits", "corpus", "validate_splits"]
     with prefect_test_harness():
         from prefect.client.orchestration import get_client

@@ -16,7 +16,9 @@ from flows import workspaces
 from flows.deploy import PAUSED_TAG, deployments
 from flows.stages import GPU_LIMIT, WAITING, gpu_slot, stage_task
 from flows.summary import report_sections, summary_markdown
-from flows.workspaces import _same_file, clean_line, run_dvc, up_to_date
+from flows.workspaces import up_to_date
+from pipeline import checkout_copy
+from pipeline.checkout_copy import clean_line, run_dvc, same_file
 
 
 def test_task_runs_carry_the_stage_name_from_creation():
@@ -39,7 +41,7 @@ def test_dvc_output_streams_while_the_command_runs(tmp_path, monkeypatch):
     fake.write_text(f"#!{sys.executable}\nimport sys, time\nprint('first', flush=True)\ntime.sleep(1.5)\n"
                     "print('\\x1b[1mlast\\x1b[0m', flush=True)\nsys.exit(3)\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(workspaces, "dvc_executable", lambda: str(fake))
+    monkeypatch.setattr(checkout_copy, "dvc_executable", lambda checkout=None: str(fake))
     seen = []
     code, out = run_dvc(["repro"], tmp_path, {}, on_line=lambda line: seen.append((time.monotonic(), line)))
     ended = time.monotonic()
@@ -58,13 +60,13 @@ def test_only_stages_clean_with_everything_upstream_count_as_up_to_date():
 def test_mirror_compares_size_and_modification_time(tmp_path):
     src, dst = tmp_path / "a.py", tmp_path / "b.py"
     src.write_text("x = 1\n")
-    assert not _same_file(src, dst)
+    assert not same_file(src, dst)
     import shutil
 
     shutil.copy2(src, dst)
-    assert _same_file(src, dst)
+    assert same_file(src, dst)
     src.write_text("x = 2\n")  # same size, new content and time
-    assert not _same_file(src, dst)
+    assert not same_file(src, dst)
 
 
 def test_mirror_brings_the_kept_draws_and_leaves_the_workspaces_report_alone(tmp_path):
@@ -275,7 +277,7 @@ def test_the_draws_flow_runs_one_task_per_seed_set_in_turn_and_fails_after_the_o
             raise DrawFailed("dvc repro failed (exit 1)")
         kept = tmp_path / f"{seed_set}.json"
         return SimpleNamespace(kept=kept, draw=SimpleNamespace(workspace=tmp_path / seed_set, resumed=False,
-                                                                commit="abc"))
+                                                                commit="abc", code_changed=seed_set == "D"))
 
     monkeypatch.setattr(draws, "run_draw", lambda checkout, **kw: fake_run_draw(checkout, **kw))
     assert draws.draws_flow(seed_sets=["B", "D"], precision="float32", checkout=str(tmp_path)) == {
@@ -293,10 +295,10 @@ def test_a_failed_stage_still_leaves_the_summary(prefect_server, tmp_path, monke
     from prefect.client.orchestration import get_client
 
     from flows import stages
-    from pipeline.repo_copy import copy_repo
+    from pipeline.checkout_copy import copy_checkout
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    checkout = copy_repo(tmp_path / "repo", profile="ci")
+    checkout = copy_checkout(tmp_path / "repo", profile="ci")
     real = stages.run_stage
 
     def failing(layout, stage, *args, **kwargs):

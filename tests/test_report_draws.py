@@ -281,9 +281,9 @@ def test_the_report_writes_the_record_the_section_and_the_plot(run, tmp_path, mo
 def test_a_repository_copy_brings_the_profiles_kept_draws_and_no_other_report(tmp_path, repo_root):
     """DVC refuses to run a stage whose dep is missing: a copy for a profile (end-to-end tests,
     benchmarks, draws) has that profile's reports/<profile>/draws/ folder."""
-    from pipeline.repo_copy import copy_repo
+    from pipeline.checkout_copy import copy_checkout
 
-    dest = copy_repo(tmp_path / "copy", "ci", repo_root)
+    dest = copy_checkout(tmp_path / "copy", "ci", repo_root)
     assert (dest / "reports" / "ci" / "draws" / "README.md").is_file()
     assert not (dest / "reports" / "tiny").exists() and not (dest / "reports" / "metrics.json").exists()
     assert os.listdir(dest / "reports") == ["ci"]

@@ -5,9 +5,9 @@ come back and its searches have been retrieved, it ends the step and submits the
 requests. Teams therefore never wait for each other, and the model sees a steady stream of
 requests instead of one batch per lock-step tick.
 
-Two sinks take the requests:
-- `EngineSink` (a backend with an `engine`, pipeline.engine): every request goes to one
-  continuous-batching scheduler; a sink step is one engine step.
+The requests go to a `Sink`, one of two:
+- `EngineSink` (a backend served by a continuous-batching scheduler, `Served`: pipeline.engine):
+  every request goes to that one scheduler; a sink step is one engine step.
 - `TickSink` (any other PolicyBackend: SGLang over HTTP, the test doubles): everything submitted
   since the last step goes out as ONE `generate` call with one SamplingParams. Every team then
   finishes its step together, so this reproduces the lock-step ticks of docs/method.md §3 exactly.
@@ -23,7 +23,8 @@ request is, not on when or beside what it runs (pipeline.policy.sampling_seeds).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol, runtime_checkable
 
 from pipeline.agents.protocol import STOP_TAGS
 from pipeline.agents.team import ModelRequest, Team
@@ -40,6 +41,45 @@ def request_seed(team: Team, request: ModelRequest) -> int:
     return key_seed(team.seed, request.call.sample_id, request.call.n_turns)
 
 
+class Sink(Protocol):
+    """Where the driver's requests go; `step` returns those that have come back."""
+
+    generate_calls: int  # sink steps taken
+
+    def submit(self, request: ModelRequest) -> None: ...
+
+    @property
+    def room(self) -> bool:
+        """The model has room for more work than it holds (searches need not wait for a batch)."""
+
+    def step(self) -> list[tuple[ModelRequest, Generation]]: ...
+
+
+class Scheduler(Protocol):
+    """What EngineSink needs of a continuous-batching scheduler (pipeline.engine.engine.Engine)."""
+
+    config: object  # with max_rows
+
+    @property
+    def idle(self) -> bool: ...
+
+    @property
+    def load(self) -> int: ...
+
+    def submit(self, key: Hashable, prompt: Sequence[int], max_new_tokens: int, *, temperature: float,
+               top_p: float, stop: Sequence[str], seed: int | None, priority: tuple) -> None: ...
+
+    def step(self) -> list[tuple[Hashable, Generation]]: ...
+
+
+@runtime_checkable
+class Served(Protocol):
+    """A backend served by a scheduler that every workflow of a rollout can share
+    (pipeline.engine.backend.EngineBackend)."""
+
+    engine: Scheduler
+
+
 class TickSink:
     """Lock-step ticks over any PolicyBackend: one generate call per step."""
 
@@ -50,10 +90,6 @@ class TickSink:
 
     def submit(self, request: ModelRequest) -> None:
         self.queue.append(request)
-
-    @property
-    def load(self) -> int:
-        return len(self.queue)
 
     @property
     def room(self) -> bool:
@@ -86,10 +122,10 @@ def _truncate(gen: Generation, limit: int, backend: PolicyBackend) -> Generation
 
 
 class EngineSink:
-    """Every request to one continuous-batching engine (pipeline.engine)."""
+    """Every request to one continuous-batching scheduler (pipeline.engine)."""
 
-    def __init__(self, backend, cfg: WorkflowConfig):
-        self.engine, self.cfg = backend.engine, cfg
+    def __init__(self, engine: Scheduler, cfg: WorkflowConfig):
+        self.engine, self.cfg = engine, cfg
         if not self.engine.idle:
             raise RuntimeError("engine: a rollout started while another is running on it")
         self.generate_calls = 0
@@ -104,10 +140,6 @@ class EngineSink:
                            seed=entry_seed(request_seed(request.team, request), 0), priority=(request.team.order,))
 
     @property
-    def load(self) -> int:
-        return self.engine.load
-
-    @property
     def room(self) -> bool:
         return self.engine.load < self.engine.config.max_rows
 
@@ -116,14 +148,15 @@ class EngineSink:
         return [(self._requests.pop(key), gen) for key, gen in self.engine.step()]
 
 
-def make_sink(backend: PolicyBackend, cfg: WorkflowConfig) -> TickSink | EngineSink:
-    return EngineSink(backend, cfg) if getattr(backend, "engine", None) is not None else TickSink(backend, cfg)
+def make_sink(backend: PolicyBackend, cfg: WorkflowConfig) -> Sink:
+    """The backend's own scheduler when it is `Served` by one, else lock-step ticks."""
+    return EngineSink(backend.engine, cfg) if isinstance(backend, Served) else TickSink(backend, cfg)
 
 
 class Driver:
     """Runs teams to the end; `on_done(team)` is called as each one finishes."""
 
-    def __init__(self, sink: TickSink | EngineSink, retriever: Retriever, cfg: WorkflowConfig,
+    def __init__(self, sink: Sink, retriever: Retriever, cfg: WorkflowConfig,
                  backend: PolicyBackend, on_done: Callable[[Team], None] | None = None):
         self.sink, self.retriever, self.cfg, self.backend, self.on_done = sink, retriever, cfg, backend, on_done
         self.step_of: dict[int, int] = {}
@@ -131,7 +164,6 @@ class Driver:
         self.unsearched: dict[int, int] = {}  # its searches not yet retrieved
         self.searches: list[tuple[ModelRequest, str]] = []
         self.search_calls = 0
-        self.max_step = 0
 
     def start(self, teams: Sequence[Team]) -> None:
         """Submit every team's first step (the driver keeps no list of the teams: a finished team
@@ -191,7 +223,6 @@ class Driver:
         step = self.step_of[id(team)]
         team.end_tick(step)
         self.step_of[id(team)] = step + 1
-        self.max_step = max(self.max_step, step + 1)
         if team.done:
             for table in (self.step_of, self.outstanding, self.unsearched):
                 del table[id(team)]

@@ -48,7 +48,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pipeline.agents.driver import Driver, EngineSink, TickSink, make_sink
+from pipeline.agents.driver import Driver, Sink, make_sink
 from pipeline.agents.prompts import Prompts, load_prompts
 from pipeline.agents.team import Team
 from pipeline.agents.trajectory import Rollout, Trajectory
@@ -184,7 +184,7 @@ def run_workflows(
     return rollouts
 
 
-def _count(rollout: Rollout, sink: TickSink | EngineSink, driver: Driver) -> None:
+def _count(rollout: Rollout, sink: Sink, driver: Driver) -> None:
     rollout.ticks = max((t.steps for t in rollout.trajectories), default=0)
     rollout.generate_calls, rollout.search_calls = sink.generate_calls, driver.search_calls
 

@@ -5,103 +5,25 @@ pipeline.engine.qwen3.forward_hidden.
   whatever cached prefix was copied there, each attending causally to its row.
 - `PoolDecode`: one token per running row (rows 0..B-1 of the pool, compact), written at its
   position; one attention call per layer and pool chunk over its rows' filled positions.
+  `RegionsDecode`: one decode step over several pools (the engine's length regions).
 - `Segments`: packed sequences with no pool (teacher forcing, the trainer's packed pass): each
   segment attends to an optional cached prefix and causally within itself, or by an explicit mask
   (a shared prompt with several responses after it).
+
+The pool itself is pipeline.engine.kv_pool. Each callback is built by its caller for one forward
+pass and passed to it explicitly: what a token attends to is never global state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pipeline.engine.kv_pool import KVPool
 from pipeline.engine.qwen3 import Shape
-
-
-class KVPool:
-    """Keys and values of up to `rows` sequences of up to `capacity` positions each; a row's filled
-    positions are 0..length-1. Rows live in chunks of CHUNK rows, each one buffer (2 x layers,
-    CHUNK, kv_heads, capacity, head_dim) made when a row of it is first used and dropped when its
-    rows have been unused for a chunk (`release`), so memory follows the rows in use, not the
-    most ever used. A decode step attends chunk by chunk, each up to its own longest row.
-
-    A decode step reads every row of a chunk up to the chunk's longest row, the rest masked; a
-    masked position must still hold a finite number (0 x NaN is NaN), so each row's positions are
-    zeroed once, up to what any step has read (`clean`), before they are first read."""
-
-    CHUNK = 32
-
-    def __init__(self, shape: Shape, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
-        self.shape, self.rows, self.capacity, self.dtype, self.device = shape, rows, capacity, dtype, device
-        self.chunks: list[torch.Tensor | None] = [None] * -(-rows // self.CHUNK)
-        self.clean = [0] * rows  # positions 0..clean-1 of each row hold finite numbers
-
-    def _new_chunk(self) -> torch.Tensor:
-        s = self.shape
-        return torch.empty((2 * s.layers, self.CHUNK, s.kv_heads, self.capacity, s.head_dim),
-                           dtype=self.dtype, device=self.device)
-
-    def chunk(self, index: int) -> torch.Tensor:
-        if self.chunks[index] is None:
-            self.chunks[index] = self._new_chunk()
-        return self.chunks[index]
-
-    def locate(self, row: int) -> tuple[torch.Tensor, int]:
-        """The chunk holding `row` and the row's place in it."""
-        return self.chunk(row // self.CHUNK), row % self.CHUNK
-
-    def release(self, used: int) -> None:
-        """Drop the chunks above the one after the last of the `used` rows (one spare stays, so
-        a region hovering at a chunk's edge does not make and drop it every step)."""
-        for index in range(-(-used // self.CHUNK) + 1, len(self.chunks)):
-            if self.chunks[index] is not None:
-                self.chunks[index] = None
-                for row in range(index * self.CHUNK, min((index + 1) * self.CHUNK, self.rows)):
-                    self.clean[row] = 0
-
-    def _written(self, row: int, end: int) -> None:
-        self.clean[row] = max(self.clean[row], end)
-
-    def write(self, row: int, start: int, parts: Sequence[torch.Tensor]) -> int:
-        """Copy cached keys and values `parts` into `row` from `start`; returns the end position."""
-        buffer, local = self.locate(row)
-        for part in parts:
-            end = start + part.shape[2]
-            buffer[:, local, :, start:end] = part
-            start = end
-        self._written(row, start)
-        return start
-
-    def read(self, row: int, start: int, end: int) -> torch.Tensor:
-        buffer, local = self.locate(row)
-        return buffer[:, local, :, start:end]
-
-    def move(self, source: int, target: int, length: int) -> None:
-        (into, i), (out_of, j) = self.locate(target), self.locate(source)
-        into[:, i, :, :length] = out_of[:, j, :, :length]
-        self._written(target, length)
-
-    def make_clean(self, rows: Sequence[int], width: int) -> None:
-        """Zero what `rows` have never held below `width`."""
-        for row in rows:
-            if self.clean[row] < width:
-                buffer, local = self.locate(row)
-                buffer[:, local, :, self.clean[row]:width] = 0
-                self.clean[row] = width
-
-    def spans(self, first: int, count: int) -> list[tuple[torch.Tensor, int, int, int]]:
-        """Rows first..first+count-1 by chunk: (chunk, first local row, rows, offset into the range)."""
-        out, row = [], first
-        while row < first + count:
-            buffer, local = self.locate(row)
-            n = min(self.CHUNK - local, first + count - row)
-            out.append((buffer, local, n, row - first))
-            row += n
-        return out
 
 
 def _expand_heads(x: torch.Tensor, groups: int) -> torch.Tensor:

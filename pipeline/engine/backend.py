@@ -15,13 +15,13 @@ from collections.abc import Sequence
 
 import torch
 
-from pipeline.engine.engine import Engine, EngineConfig
+from pipeline.engine.base import EngineConfig
+from pipeline.engine.engine import Engine
 from pipeline.engine.qwen3 import Qwen3Weights
 from pipeline.engine.teacher_forcing import score_pairs
-from pipeline.errors import InputError
-from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.base import Generation, SamplingParams, validate_sampling, validate_scoring
 from pipeline.policy.encoding import truncate_left
-from pipeline.policy.hf_backend import HFBackend, validate_sampling
+from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.sampling_seeds import sample_seeds
 
 
@@ -36,19 +36,15 @@ class EngineBackend(HFBackend):
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
                  ) -> list[list[Generation]]:
-        validate_sampling(params, n)
+        """Every prompt x sample submitted, each with its own budget (prompts are cut to fit by the
+        engine), stepped until all have ended."""
+        validate_sampling(params, n, len(prompts), self.max_context)
         if not self.engine.idle:
             raise RuntimeError("engine: generate called while a rollout is running on it")
-        if params.max_new_tokens >= self.max_context:
-            raise InputError(f"max_new_tokens: expected < the model's context {self.max_context}, "
-                             f"got {params.max_new_tokens}")
         budgets = params.row_max_new_tokens
-        if budgets is not None and len(budgets) != len(prompts):
-            raise InputError(f"row_max_new_tokens: expected one per prompt ({len(prompts)}), got {len(budgets)}")
         seeds = sample_seeds(params, len(prompts), n)
         for i, prompt in enumerate(prompts):
             budget = params.max_new_tokens if budgets is None else min(budgets[i], params.max_new_tokens)
-            prompt = truncate_left(prompt, self.max_context - params.max_new_tokens)
             for j in range(n):
                 self.engine.submit((i, j), prompt, budget, temperature=params.temperature, top_p=params.top_p,
                                    stop=params.stop, seed=None if seeds is None else seeds[i * n + j])
@@ -57,17 +53,8 @@ class EngineBackend(HFBackend):
 
     def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
               temperature: float = 1.0) -> list[list[float]]:
-        if len(prompts) != len(responses):
-            raise InputError(f"responses: expected one per prompt ({len(prompts)}), got {len(responses)}")
-        if temperature <= 0:
-            raise InputError(f"temperature: expected > 0 for scoring, got {temperature}")
-        pairs = []
-        for i, (prompt, response) in enumerate(zip(prompts, responses)):
-            if len(response) >= self.max_context:
-                raise InputError(f"responses[{i}]: expected fewer than {self.max_context} tokens, got {len(response)}")
-            if len(prompt) == 0:
-                raise InputError(f"prompts[{i}]: expected at least one token, got an empty prompt")
-            pairs.append((truncate_left(prompt, self.max_context - len(response)), list(response)))
+        validate_scoring(prompts, responses, temperature, self.max_context)
+        prompts = [truncate_left(p, self.max_context - len(r)) for p, r in zip(prompts, responses)]
         self.engine.check_weights()
-        return score_pairs(self.weights, self.engine.cache, [p for p, _ in pairs], [r for _, r in pairs],
+        return score_pairs(self.weights, self.engine.cache, prompts, [list(r) for r in responses],
                            temperature, device=self.device, stats=self.engine.stats)

@@ -17,6 +17,7 @@ the weights: the owner clears the tree when they change.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 
 import torch
@@ -144,13 +145,32 @@ class PrefixCache:
 
     def _evict(self, wanted: int, keep: _Node) -> None:
         """Free least-recently-used leaves (ties: tree-walk order, so eviction is deterministic) until
-        `wanted` slots are free and a tenth of the budget besides, never `keep` or its ancestors."""
+        `wanted` slots are free and a tenth of the budget besides, never `keep` or its ancestors.
+
+        A heap on (last used, order), as SGLang's RadixCache.evict keeps its leaves: `order` numbers
+        the leaves in the order of one walk of the tree, then each parent that loses its last child
+        after everything queued before it, so among equal last uses it goes last (the same order as
+        a queue sorted stably by last use; tests/test_engine_scheduler.py checks it against one)."""
         protected = set()
         node = keep
         while node is not None:
             protected.add(id(node))
             node = node.parent
         target = min(self.budget, wanted + self.budget // 10)
+        heap = [(leaf.used, order, leaf) for order, leaf in enumerate(self._leaves(protected))]
+        heapq.heapify(heap)
+        order = len(heap)
+        while len(self.free) < target and heap:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            del parent.children[leaf.tokens[0]]
+            self.free.extend(leaf.slots.tolist())
+            if parent is not self.root and not parent.children and id(parent) not in protected:
+                heapq.heappush(heap, (parent.used, order, parent))  # the parent became a leaf
+                order += 1
+
+    def _leaves(self, protected: set[int]) -> list[_Node]:
+        """The unprotected leaves, in the order of a depth-first walk (the last child first)."""
         leaves = []
         stack = [self.root]
         while stack:
@@ -158,16 +178,4 @@ class PrefixCache:
             if node is not self.root and not node.children and id(node) not in protected:
                 leaves.append(node)
             stack.extend(node.children.values())
-        leaves.sort(key=lambda leaf: leaf.used)
-        queue = list(leaves)
-        while len(self.free) < target and queue:
-            leaf = queue.pop(0)
-            parent = leaf.parent
-            del parent.children[leaf.tokens[0]]
-            self.free.extend(leaf.slots.tolist())
-            if parent is not self.root and not parent.children and id(parent) not in protected:
-                # the parent became a leaf; it goes in the queue at its place by recency
-                position = 0
-                while position < len(queue) and queue[position].used <= parent.used:
-                    position += 1
-                queue.insert(position, parent)
+        return leaves

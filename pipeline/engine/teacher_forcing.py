@@ -5,7 +5,7 @@ looks up its prompt in the prefix cache (an Answerer's 5 candidates share one pr
 scores many samples of one trajectory), computes only the rest in one packed forward pass with
 the other pairs of its pass, takes logits only where a response token is predicted, and leaves
 its prompt in the cache. A pair whose uncached start another pair of the same pass computes
-waits for the next pass (pipeline.engine.engine explains why).
+waits for the next pass (pipeline.engine.scheduler.pick, the engine's admission step too).
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from collections.abc import Sequence
 import torch
 
 from pipeline.engine.attention import Segment, Segments
-from pipeline.engine.engine import EngineStats
+from pipeline.engine.base import EngineStats
 from pipeline.engine.prefix_cache import PrefixCache
 from pipeline.engine.qwen3 import Qwen3Weights, forward_hidden, logits_of
-
-MIN_SHARED = 16
+from pipeline.engine.scheduler import pick
 
 
 def score_pairs(weights: Qwen3Weights, cache: PrefixCache, prompts: Sequence[Sequence[int]],
@@ -31,26 +30,15 @@ def score_pairs(weights: Qwen3Weights, cache: PrefixCache, prompts: Sequence[Seq
     todo = deque(i for i, r in enumerate(responses) if len(r))
     layers = weights.current()
     while todo:
-        picked, deferred, starts, budget = [], [], set(), pass_tokens
-        while todo:
-            i = todo[0]
-            prompt = list(prompts[i])
-            cached, parts = cache.match(prompt, limit=len(prompt) - 1)
-            new = len(prompt) + len(responses[i]) - cached
-            head = tuple(prompt[cached:cached + MIN_SHARED])
-            if cache.budget and len(head) == MIN_SHARED and head in starts:
-                deferred.append(todo.popleft())
-                continue
-            if picked and new > budget:
-                break
+        chosen = pick(todo, lambda i: list(prompts[i]), lambda i, cached: len(prompts[i]) + len(responses[i]) - cached,
+                      cache, pass_tokens)
+        for _ in range(chosen.consumed):
             todo.popleft()
-            budget -= new
-            starts.add(head)
-            picked.append((i, cached, parts))
-            if stats is not None:
-                stats.scored_tokens += len(prompt) + len(responses[i])
-                stats.scored_cached_tokens += cached
-        todo.extendleft(reversed(deferred))
+        todo.extendleft(reversed(chosen.deferred))
+        picked = [(p.item, p.cached, p.parts) for p in chosen.picked]
+        if stats is not None:
+            stats.scored_tokens += sum(len(prompts[i]) + len(responses[i]) for i, _, _ in picked)
+            stats.scored_cached_tokens += sum(cached for _, cached, _ in picked)
         _score_pass(weights, layers, cache, prompts, responses, picked, temperature, device, out)
         cache.tick()
     return out
@@ -78,11 +66,11 @@ def _score_pass(weights, layers, cache, prompts, responses, picked, temperature,
         if temperature != 1.0:
             logits = logits / temperature
         logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(labels, device=device)[:, None])[:, 0]
-    values = logp.tolist()
-    start = 0
-    for index, (i, _, _) in enumerate(picked):
-        out[i] = values[start:start + len(responses[i])]
-        start += len(responses[i])
-        if cache.budget:
-            kv = attention.full_kv(index)
-            cache.insert(list(prompts[i]), lambda a, b, kv=kv: kv[:, :, a:b])
+        values = logp.tolist()
+        start = 0
+        for index, (i, _, _) in enumerate(picked):
+            out[i] = values[start:start + len(responses[i])]
+            start += len(responses[i])
+            if cache.budget:  # inside inference mode, as the engine's own inserts are: one slab for both
+                kv = attention.full_kv(index)
+                cache.insert(list(prompts[i]), lambda a, b, kv=kv: kv[:, :, a:b])

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# A shorter common start is not worth a forward pass of its own.
+# A shorter common start is not worth a forward pass of its own, nor a request's wait for another
+# to compute it (the engine's pick step, pipeline.engine.scheduler).
 MIN_SHARED_PREFIX = 16
 
 

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
 
 from pipeline.errors import InputError
-from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.base import Generation, SamplingParams, validate_sampling, validate_scoring
 from pipeline.policy.batching import shared_prefix_groups
 from pipeline.policy.encoding import TokenizerText, truncate_left
 from pipeline.policy.kv_cache import PreallocatedLayer
@@ -70,17 +70,6 @@ def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[
     return ids
 
 
-def validate_sampling(params: SamplingParams, n: int) -> None:
-    if n < 1:
-        raise InputError(f"n: expected >= 1 samples per prompt, got {n}")
-    if params.temperature < 0:
-        raise InputError(f"temperature: expected >= 0, got {params.temperature}")
-    if not 0 < params.top_p <= 1:
-        raise InputError(f"top_p: expected in (0, 1], got {params.top_p}")
-    if params.max_new_tokens < 1:
-        raise InputError(f"max_new_tokens: expected >= 1, got {params.max_new_tokens}")
-
-
 class HFBackend(TokenizerText):
     """In-process backend. `model` may be shared with a trainer: updates are seen at once."""
 
@@ -120,18 +109,11 @@ class HFBackend(TokenizerText):
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
     ) -> list[list[Generation]]:
-        validate_sampling(params, n)
-        if params.max_new_tokens >= self.max_context:
-            raise InputError(
-                f"max_new_tokens: expected < the model's context {self.max_context}, got {params.max_new_tokens}"
-            )
+        validate_sampling(params, n, len(prompts), self.max_context)
         rows = [truncate_left(p, self.max_context - params.max_new_tokens) for p in prompts for _ in range(n)]
         seeds = sample_seeds(params, len(prompts), n)
         limits = None
         if params.row_max_new_tokens is not None:
-            if len(params.row_max_new_tokens) != len(prompts):
-                raise InputError(f"row_max_new_tokens: expected one per prompt ({len(prompts)}), "
-                                 f"got {len(params.row_max_new_tokens)}")
             limits = [min(m, params.max_new_tokens) for m in params.row_max_new_tokens for _ in range(n)]
         flat: list[Generation] = []
         with self._inference():
@@ -291,15 +273,8 @@ class HFBackend(TokenizerText):
         temperature: float = 1.0,
     ) -> list[list[float]]:
         """log softmax(logits / temperature) of every response token given its prefix."""
-        if len(prompts) != len(responses):
-            raise InputError(f"responses: expected one per prompt ({len(prompts)}), got {len(responses)}")
-        pairs = []
-        for i, (prompt, response) in enumerate(zip(prompts, responses)):
-            if len(response) >= self.max_context:
-                raise InputError(
-                    f"responses[{i}]: expected fewer than {self.max_context} tokens, got {len(response)}"
-                )
-            pairs.append((truncate_left(prompt, self.max_context - len(response)), list(response)))
+        validate_scoring(prompts, responses, temperature, self.max_context)
+        pairs = [(truncate_left(p, self.max_context - len(r)), list(r)) for p, r in zip(prompts, responses)]
         scores: list[list[float]] = [[] for _ in pairs]
         with self._inference():
             for chunk in self._score_chunks(pairs):

@@ -42,7 +42,7 @@ import httpx
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from pipeline.errors import InputError
-from pipeline.policy.base import Generation, SamplingParams
+from pipeline.policy.base import Generation, SamplingParams, validate_sampling, validate_scoring
 from pipeline.policy.encoding import TokenizerText
 from pipeline.policy.sampling_seeds import sample_seeds
 
@@ -225,8 +225,7 @@ class SGLangBackend(TokenizerText):
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1
     ) -> list[list[Generation]]:
-        if n < 1:
-            raise InputError(f"n: expected >= 1 samples per prompt, got {n}")
+        validate_sampling(params, n, len(prompts))
         results: list[list[Generation]] = []
         seeds = sample_seeds(params, len(prompts), n) if self.send_seed else None
         per_request = max(1, self.max_batch_size // n)
@@ -271,13 +270,9 @@ class SGLangBackend(TokenizerText):
         SGLang's input logprobs are at temperature 1; other temperatures are refused."""
         if temperature != 1.0:
             raise InputError(f"temperature: the SGLang backend scores at 1.0 only, got {temperature}")
-        if len(prompts) != len(responses):
-            raise InputError(f"responses: expected one per prompt ({len(prompts)}), got {len(responses)}")
+        validate_scoring(prompts, responses, temperature)
         scores: list[list[float]] = [[] for _ in prompts]
         todo = [i for i, r in enumerate(responses) if len(r) > 0]
-        for i in todo:
-            if len(prompts[i]) == 0:
-                raise InputError(f"prompts[{i}]: expected at least one token, got an empty prompt")
         # logprob_start_len is one number per request entry, so each pair gets its own entry
         for start in range(0, len(todo), self.max_batch_size):
             chunk = todo[start : start + self.max_batch_size]

@@ -5,15 +5,19 @@ and a precision path (pipeline.draw_identity). Its record holds what the report 
 draws: every evaluated system's macro avg@k, its forced-answer share, the paper's seven
 comparisons as paired-bootstrap gaps beside the published value, each Stage-II system's dev
 Searcher KL at its first and last point, and the splits' dedup counts. The draw command
-(scripts/draw.py) keeps a copy under reports/<profile>/draws/, adding name, commit, date,
-stage_minutes and peak_rss_mb; `check_record` reads those too. Since the funnel (pipeline.eval.funnel),
-a record also holds each system's role-level rates and the paired gaps of the role-level comparisons
-(`funnel`); older records lack the field, and the report says "not measured" for them.
+(scripts/draw.py) keeps a copy under reports/<profile>/draws/, adding name (`default_name`:
+seed set, precision path and `cpu_tag`), commit, date, stage_minutes and peak_rss_mb;
+`check_record` reads those too, and `read_draw_report` reads a record's file through it. Since
+the funnel (pipeline.eval.funnel), a record also holds each system's role-level rates and the
+paired gaps of the role-level comparisons (`funnel`); older records lack the field, and the
+report says "not measured" for them.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,3 +189,45 @@ def _check_funnel(c: _Checker, funnel: Any) -> None:
             c.need(gap, f"funnel.comparisons.{key}.{rate}", "obj?")
             for name in ("diff", "low", "high") if gap is not None else ():
                 c.get(gap, name, "num", f"funnel.comparisons.{key}.{rate}.")
+
+
+# --------------------------------------------------------------------------- naming and reading a draw
+
+
+def cpu_tag(cpu: str) -> str:
+    """A short, filename-safe tag of a CPU kind (pipeline.draw_identity.cpu_kind):
+    'Intel(R) Xeon(R) Platinum 8581C CPU @ 2.10GHz, family 6 model 207 (AMX, AVX512-BF16)' -> 'xeon-f6m207'."""
+    name = cpu.split(",")[0].lower()
+    words = [w for w in re.findall(r"[a-z][a-z0-9]*", name)
+             if w not in {"intel", "amd", "r", "tm", "cpu", "processor", "genuine", "authentic", "core", "ghz"}]
+    known = [w for w in words if w in {"xeon", "epyc", "ryzen", "threadripper", "opteron", "pentium", "celeron",
+                                       "atom", "graviton", "neoverse", "ampere", "apple"}]
+    family = (known or words or ["cpu"])[0]
+    found = re.search(r"family (\d+) model (\d+)", cpu)
+    return f"{family}-f{found.group(1)}m{found.group(2)}" if found else family
+
+
+def safe_name(text: str) -> str:
+    """`text` with every run of characters outside [A-Za-z0-9._-] made one '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "draw"
+
+
+def default_name(report: dict[str, Any]) -> str:
+    """<seed set>-<precision path>-<short cpu tag>, e.g. G-bf16-xeon-f6m207."""
+    return safe_name(f"{report['seed_set']}-{report['precision']}-{cpu_tag(report['cpu'])}")
+
+
+def read_draw_report(path: Path, profile: str) -> dict[str, Any]:
+    """A draw.json (the report stage's, or a kept one), checked for the fields a draw is named by."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no draw report; the report stage writes it (`make repro` in a checkout, "
+                         "`python scripts/draw.py run ...` for a draw's workspace)") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}, line {err.lineno}: not valid JSON ({err.msg})") from None
+    return check_record(report, Path(path), profile)

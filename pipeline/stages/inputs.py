@@ -48,7 +48,7 @@ def require_model(model_dir: Path) -> None:
 
 def engine_config(engine: EngineParams):
     """The engine's settings of a profile, `auto` bf16 resolved on this CPU."""
-    from pipeline.engine.engine import EngineConfig
+    from pipeline.engine.base import EngineConfig
     from pipeline.precision import resolve_bf16
 
     return EngineConfig(max_rows=engine.max_rows, prefill_tokens=engine.prefill_tokens,
