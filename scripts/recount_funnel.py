@@ -64,18 +64,27 @@ def recount_row(row, hops, family: str | None, contents: dict[str, str]) -> dict
     return out
 
 
+def _shown(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.2f}%"
+
+
 def kind(family, hops) -> str | None:
     if not hops:
         return None
     return "comparison" if family == "comparison" else ("single-hop" if len(hops) == 1 else f"{len(hops)}-hop")
 
 
-def figures(frame: pd.DataFrame) -> dict[str, float]:
+def ratio(numerator: float, denominator: float, scale: float = 1.0) -> float | None:
+    """None when nothing stands behind the rate (the report prints it as not measured)."""
+    return scale * numerator / denominator if denominator else None
+
+
+def figures(frame: pd.DataFrame) -> dict[str, float | None]:
     """The report's figures of one system, from recounted rows."""
-    out = {"searcher_fidelity": 100 * frame["searcher_calls_kept"].sum() / frame["searcher_calls_read"].sum(),
-           "searches_per_searcher_call": frame["search_actions"].sum() / frame["searcher_calls"].sum(),
-           "answerer_accuracy_given_handed": 100 * (frame["handed"] & frame["strict_correct"]).sum()
-           / frame["handed"].sum()}
+    out = {"searcher_fidelity": ratio(frame["searcher_calls_kept"].sum(), frame["searcher_calls_read"].sum(), 100),
+           "searches_per_searcher_call": ratio(frame["search_actions"].sum(), frame["searcher_calls"].sum()),
+           "answerer_accuracy_given_handed": ratio((frame["handed"] & frame["strict_correct"]).sum(),
+                                                   frame["handed"].sum(), 100)}
     steps = pd.DataFrame({"kind": frame["kind"], "correct": frame["strict_correct"]})
     comparison = frame["kind"] == "comparison"
     for step, hop in (("retrieved", "hop_retrieved"), ("reported", "hop_reported"), ("handed", "hop_handed")):
@@ -131,10 +140,10 @@ def main(argv: list[str]) -> int:
         recount = figures(pd.DataFrame(rows))
         report = printed.get(system, {}).get("funnel", {})
         differ = {k: (v, report.get(k)) for k, v in recount.items()
-                  if report.get(k) is None or abs(report[k] - v) > TOLERANCE}
+                  if (v is None) != (report.get(k) is None) or (v is not None and abs(report[k] - v) > TOLERANCE)}
         failures += mismatched + len(differ)
         print(f"{system}: {len(records)} records, {mismatched} whose funnel columns differ from the recount; "
-              f"fidelity {recount['searcher_fidelity']:.2f}% (report {report.get('searcher_fidelity')}), "
+              f"fidelity {_shown(recount['searcher_fidelity'])} (report {_shown(report.get('searcher_fidelity'))}), "
               f"{len(recount) - len(differ)} of {len(recount)} printed figures agree"
               + (f"; differ: {differ}" if differ else ""))
     return 1 if failures else 0

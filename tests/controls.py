@@ -83,7 +83,7 @@ def control_config(mode: str, *, lr: float, questions: int = 4, trajectories: in
                     searcher_max_new_tokens=32, answerer_max_new_tokens=16, temperature=1.0, top_p=1.0)
     cfg = workflow_cfg(**{**sampling, **rollout})
     return TrainConfig(
-        system=mode, steps=1, seed=seed, questions_per_batch=questions, oversample=1,
+        system=mode, steps=1, seed=seed, questions_per_batch=questions, oversample=1, searcher_outcome="team",
         trajectories_per_question=trajectories,
         lr=lr, entropy_coef=0.0, eval_every=1_000, dev_questions=1, checkpoint_every=1_000, audit_every=1_000,
         judge_max_new_tokens=8, rollout=cfg, dev_rollout=replace(cfg, n_candidates=1), optim=OPTIM, rewards=REWARDS,

@@ -100,7 +100,8 @@ def tiny_config(mode: str, steps: int = 2, **overrides) -> TrainConfig:
     rollout = workflow_cfg(top_k=2, n_candidates=3, max_searcher_turns=3, leader_max_new_tokens=64,
                            searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     values = dict(
-        system=mode, steps=steps, seed=7, questions_per_batch=2, oversample=1, trajectories_per_question=2, lr=1e-3,
+        system=mode, steps=steps, seed=7, questions_per_batch=2, oversample=1, searcher_outcome="team",
+        trajectories_per_question=2, lr=1e-3,
         entropy_coef=0.01, eval_every=2, dev_questions=2, checkpoint_every=1, audit_every=1,
         judge_max_new_tokens=8, rollout=rollout, dev_rollout=replace(rollout, n_candidates=1),
         optim=OPTIM.model_copy(update={"n_minibatches": 3}), rewards=REWARDS, reference_seed=11,

@@ -68,7 +68,7 @@ def settings(system: str, sampled: bool = False, **rollout) -> TrainConfig:
     limits = dict(leader_max_new_tokens=12, searcher_max_new_tokens=10, answerer_max_new_tokens=6) if sampled else \
         dict(leader_max_new_tokens=64, searcher_max_new_tokens=48, answerer_max_new_tokens=16)
     cfg = workflow_cfg(**{**dict(top_k=2, n_candidates=3, max_searcher_turns=3), **limits, **rollout})
-    return TrainConfig(system=system, steps=1, seed=11, questions_per_batch=1, oversample=1,
+    return TrainConfig(system=system, steps=1, seed=11, questions_per_batch=1, oversample=1, searcher_outcome="team",
                        trajectories_per_question=1, lr=1e-4, entropy_coef=0.0, eval_every=1, dev_questions=1,
                        checkpoint_every=1, audit_every=1, judge_max_new_tokens=8, rollout=cfg,
                        dev_rollout=workflow_cfg(**{**cfg.__dict__, "n_candidates": 1}),
