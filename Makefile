@@ -33,7 +33,7 @@ $(PLOTS_TEMPLATE): $(STAMP)
 	$(BIN)/python -m pipeline plots-template
 
 # `dvc repro`, then an MLflow run for every stage DVC did not run (skipped or restored from its
-# cache), so the store has a run of every stage (pipeline/stages/records.py). When no file DVC
+# cache), so the store has a run of every stage (pipeline/record_runs.py). When no file DVC
 # checks changed since the last successful `make repro`, it says so at once (pipeline/uptodate.py)
 repro: setup
 	@$(BIN)/python -m pipeline up-to-date || { \
@@ -43,7 +43,7 @@ repro: setup
 
 # Another draw of the recipe (a seed set of configs/seed_sets.yaml, precision auto or float32) in its
 # own workspace under .maopd/draws/, kept in reports/<profile>/draws/; run again, it resumes
-# (pipeline/draws.py, docs/usage.md#draws). `make draws` lists the kept ones.
+# (pipeline/draws/workspace.py, docs/usage.md#draws). `make draws` lists the kept ones.
 SEED_SET ?= G
 PRECISION ?= auto
 PROFILE ?= tiny
@@ -53,7 +53,7 @@ draw: setup
 draws: setup
 	$(BIN)/python scripts/draw.py list --profile $(PROFILE)
 
-# ruff (pyproject.toml's rules); dvc.yaml and the plots templates current with pipeline/stages/dag.py
+# ruff (pyproject.toml's rules); dvc.yaml and the plots templates current with pipeline/dag.py
 lint: setup
 	$(BIN)/ruff check pipeline flows tests scripts benchmarks
 	$(BIN)/python -m pipeline dvc-yaml --check
@@ -65,7 +65,7 @@ test: lint
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# after editing pipeline/stages/dag.py or a stage's imports
+# after editing pipeline/dag.py or a stage's imports
 dvc-yaml: setup
 	$(BIN)/python -m pipeline dvc-yaml
 

@@ -55,7 +55,7 @@ def _backend(kind: str, folder: Path, params, precision: str):
         import dataclasses
 
         from pipeline.engine.backend import EngineBackend
-        from pipeline.stages.inputs import engine_config
+        from pipeline.stage_io.inputs import engine_config
 
         config = engine_config(params.engine)
         return EngineBackend(folder, config=dataclasses.replace(config, bf16=config.bf16 and precision == "auto"))
@@ -78,7 +78,7 @@ def run_eval(root: Path, kind: str, system: str, precision: str, questions: int 
     from pipeline.config import load_params, workflow_config
     from pipeline.eval.run import shard_seed
     from pipeline.eval.scoring import score_rollout
-    from pipeline.stages.inputs import read_split
+    from pipeline.stage_io.inputs import read_split
     from pipeline.systems import system as system_named
 
     params = load_params(root / "params.yaml", profile="tiny")
@@ -115,7 +115,7 @@ def run_train(root: Path, kind: str, system: str, precision: str, steps: int) ->
     from pipeline.paths import model_dir
     from pipeline.rl import trainer
     from pipeline.rl.train_params import train_config
-    from pipeline.stages.inputs import read_split
+    from pipeline.stage_io.inputs import read_split
     from pipeline.systems import trained_system
 
     params = load_params(root / "params.yaml", profile="tiny")

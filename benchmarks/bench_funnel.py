@@ -39,7 +39,7 @@ def one(root: Path, system: str, questions: int, funnel: bool) -> dict:
     import pipeline.eval.scoring as scoring
     from pipeline.config import load_params, workflow_config
     from pipeline.eval.run import evaluate_system
-    from pipeline.stages.inputs import engine_config, read_split
+    from pipeline.stage_io.inputs import engine_config, read_split
     from pipeline.systems import system as system_named
 
     torch.set_num_threads(2)

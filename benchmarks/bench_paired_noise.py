@@ -27,7 +27,7 @@ from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
-from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
+from pipeline.stage_io.inputs import open_eval_backend, open_retriever, read_split, require_model
 
 RUNS, SEEDS, DRAWS = 4, (1, 2), 2000
 

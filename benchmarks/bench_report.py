@@ -44,7 +44,7 @@ def main() -> int:
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
     os.environ["MLFLOW_ARTIFACT_ROOT"] = (tmp / "artifacts").as_uri()
     from pipeline.stages.report import run_report
-    from pipeline.tracking import stage_run
+    from pipeline.tracking.runs import stage_run
 
     ok = True
     for profile in ("tiny", "paper"):

@@ -157,7 +157,7 @@ def profile_evaluation(params, root: Path, system_name: str, questions: int, bou
     from pipeline.agents import run_workflow
     from pipeline.config import workflow_config
     from pipeline.eval.scoring import score_rollout
-    from pipeline.stages.inputs import open_retriever, read_split
+    from pipeline.stage_io.inputs import open_retriever, read_split
     from pipeline.systems import system
 
     target = system(system_name)
@@ -196,7 +196,7 @@ def profile_training_step(params, root: Path, system_name: str, bound: float, ki
     from pipeline.paths import model_dir
     from pipeline.rl import batch_rewards, trainer
     from pipeline.rl.train_params import train_config
-    from pipeline.stages.inputs import open_retriever, read_split
+    from pipeline.stage_io.inputs import open_retriever, read_split
     from pipeline.systems import TEACHER, trained_system
 
     target = trained_system(system_name)

@@ -1,5 +1,5 @@
 """Draws as a Prefect flow (`maopd-draws`): one task per seed set, each a whole draw
-(pipeline.draws.run_draw: its own workspace under .maopd/draws/, `dvc repro` there, kept in
+(pipeline.draws.workspace.run_draw: its own workspace under .maopd/draws/, `dvc repro` there, kept in
 reports/<profile>/draws/). The draws run one after another unless `parallel`: each is a full run
 of the pipeline, and a 2-core machine runs one at a time best. A draw that fails fails its task;
 the others still run, and running the flow again resumes the failed one's workspace.
@@ -12,7 +12,7 @@ from typing import Literal
 
 from prefect import flow, get_run_logger, task
 
-from pipeline.draws import CODE_CHANGED, DrawFailed, run_draw
+from pipeline.draws.workspace import CODE_CHANGED, DrawFailed, run_draw
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SEED_SETS = ("G",)

@@ -1,10 +1,14 @@
-"""The MLflow run a stage produced, so a Prefect task can point at it (no Prefect here)."""
+"""The MLflow run a stage produced, so a Prefect task can point at it (no Prefect here): the run
+its record names (data/runs/<stage>.json in the run root, pipeline.tracking.stage_record), the
+one that made the stage's outputs there, never "the newest run of this stage"."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from pipeline.mlflow_ui import run_url
+from pipeline.tracking.links import run_url
+from pipeline.tracking.stage_record import read_record
 
 
 @dataclass(frozen=True)
@@ -14,29 +18,10 @@ class StageRun:
     url: str
 
 
-def profile_experiment_id(tracking_uri: str, profile: str) -> str | None:
-    from mlflow.tracking import MlflowClient
-
-    from pipeline.tracking import experiment_name
-
-    experiment = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment_name(profile))
-    return None if experiment is None else experiment.experiment_id
-
-
-def find_stage_run(tracking_uri: str, profile: str, stage: str, since_s: float | None = None) -> StageRun | None:
-    """The newest run tagged `stage` in the profile's experiment, started at or after
-    `since_s` (epoch seconds) when given; None if there is none."""
-    from mlflow.tracking import MlflowClient
-
-    experiment_id = profile_experiment_id(tracking_uri, profile)
-    if experiment_id is None:
+def recorded_stage_run(root: Path, stage: str) -> StageRun | None:
+    """The run the record of `stage` under `root` names; None when the stage has no record there
+    (it has not run, or its run did not end FINISHED)."""
+    record = read_record(root, stage)
+    if record is None:
         return None
-    query = f"tags.stage = '{stage}'"
-    if since_s is not None:
-        query += f" and attributes.start_time >= {int(since_s * 1000)}"
-    runs = MlflowClient(tracking_uri=tracking_uri).search_runs(
-        [experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1)
-    if not runs:
-        return None
-    run_id = runs[0].info.run_id
-    return StageRun(run_id, experiment_id, run_url(experiment_id, run_id))
+    return StageRun(record.run_id, record.experiment_id, run_url(record.experiment_id, record.run_id))

@@ -12,10 +12,11 @@ independent stages (the ablations, the evaluations) run at the same time.
 - A failure that may pass (a DVC lock held, the remote unreachable, the process killed) is
   retried; a stage's own error is not.
 - Each task logs the MLflow run of its stage and links it as a Prefect artifact, by the run's
-  name (pipeline.mlflow_ui.run_link). When the stages are done, `python -m pipeline record-runs`
-  gives every stage DVC did not run a run of its own (pipeline/stages/records.py), so each link
-  resolves; the flow run ends with a markdown artifact: stage outcomes, the report's main
-  table, links.
+  id: the one the stage's record in the run root names (data/runs/<stage>.json, a DVC output
+  of the stage; pipeline.tracking.links.run_link), i.e. the run that made the outputs there.
+  When the stages are done, `python -m pipeline record-runs` gives every stage DVC did not run
+  a run of its own (pipeline/record_runs.py); the flow run ends with a markdown artifact: stage
+  outcomes, the report's main table, links.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from prefect.exceptions import UnfinishedRun
 from prefect.states import Completed, Pending, Running
 
 from flows.dvc_graph import pool_for, select, stage_graph, uncached_outputs, upstream_of
-from flows.mlflow_link import find_stage_run
+from flows.mlflow_link import recorded_stage_run
 from flows.summary import summary_markdown
 from flows.workspaces import RunLayout, StageFailed, prepare_root, run_stage, stage_env, stale_stages, up_to_date
-from pipeline.mlflow_ui import run_link
-from pipeline.tracking import ensure_experiment, experiment_name
+from pipeline.tracking.links import run_link
+from pipeline.tracking.runs import ensure_experiment
+from pipeline.tracking.stage_record import record_path
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LIMIT = "gpu"
@@ -142,7 +144,6 @@ def repro_stage(stage: str, checkout: str, profile: str, upstream: list[str], po
                 known_up_to_date: bool = False, uncached: list[str] | None = None) -> Any:
     logger = get_run_logger()
     layout = RunLayout(Path(checkout), profile)
-    started = time.time()
     if known_up_to_date:
         status = "skipped"
         logger.info(f"{stage}: up to date in {layout.root} (dvc status: its deps, params and outputs, and those "
@@ -154,16 +155,16 @@ def repro_stage(stage: str, checkout: str, profile: str, upstream: list[str], po
         status, result = outcome.status, outcome.as_dict()
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in outcome.seconds.items())
         logger.info(f"{stage}: {status} by DVC; {phases} (workspace overhead {outcome.overhead:.1f} s)")
-    run = find_stage_run(stage_env(layout)["MLFLOW_TRACKING_URI"], profile, stage,
-                         started if status == "ran" else None)
-    link = run_link(experiment_name(profile), stage)
+    run = recorded_stage_run(layout.root, stage)  # synced back with the stage's outputs, or from before
     if run is not None:
         result["mlflow_run_id"] = run.run_id
-        what = "produced" if status == "ran" else "last produced (stage up to date)"
+        what = "produced" if status == "ran" else "that made its outputs (stage up to date)"
         logger.info(f"MLflow run {what}: {run.run_id} {run.url}")
-    elif status != "ran":
-        logger.info("No MLflow run of this stage in the store yet; the flow records one when the stages are done")
-    create_link_artifact(link, link_text=f"MLflow run of {stage}", description=f"{stage}: {status}")
+        create_link_artifact(run_link(run.run_id), link_text=f"MLflow run of {stage}",
+                             description=f"{stage}: {status}")
+    else:
+        logger.info(f"No MLflow run recorded for this stage: no {record_path(layout.root, stage)} (its outputs "
+                    "here were not made by a stage run that ended FINISHED)")
     if status != "ran":
         return Completed(name="Skipped", message=f"{stage}: {status} by DVC, nothing to run", data=result)
     return result
@@ -181,7 +182,7 @@ RECORDED = ("ran", "skipped", "restored")  # the outcomes of a stage with a dvc.
 def record_runs(layout: RunLayout, root: Path, statuses: dict[str, str], since: float) -> None:
     """`python -m pipeline record-runs` in the run root for every stage that ran or that DVC
     skipped or restored: the runs of the stages that ran get their state, the others a run of
-    their own (pipeline/stages/records.py). A failure here is logged, not raised: the stages'
+    their own (pipeline/record_runs.py). A failure here is logged, not raised: the stages'
     outputs stand either way."""
     stages = [f"{stage}={status}" if status != "ran" else stage
               for stage, status in statuses.items() if status in RECORDED]

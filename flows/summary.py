@@ -2,10 +2,12 @@
 to its MLflow run, the report's main table and scale statement, and links to the report, MLflow
 and the Data Docs. No Prefect here.
 
-Every link is an http link into the MLflow server of `make mlflow-ui` (pipeline.mlflow_ui's
-stable links: by experiment, run and file name): a browser does not follow a `file://` link
-from the Prefect UI's http page, and an id would name one store only. The report and the Data
-Docs open from the artifacts of the runs that wrote them.
+Every link is an http link into the MLflow server of `make mlflow-ui` (pipeline.tracking.links):
+a browser does not follow a `file://` link from the Prefect UI's http page. A stage's link names
+its run by the id the stage recorded (data/runs/<stage>.json, pipeline.tracking.stage_record),
+so it opens the run that made the stage's outputs, never "the newest run of this name"; the
+report and the Data Docs open from the artifacts of the runs that wrote them, by the same ids. A
+stage without a record (it failed, or never ran here) gets no link.
 
 The Prefect UI lays a table out at its widest cell, so the summary's tables have short headers
 and short cells: the main table's column headers are shortened ("ours avg@4"), and paths
@@ -18,11 +20,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.mlflow_ui import experiment_link, report_link, run_link, ui_url
-from pipeline.tracking import experiment_name
+from pipeline.tracking.links import experiment_link, report_file_link, run_link, ui_url
+from pipeline.tracking.runs import experiment_name
+from pipeline.tracking.stage_record import read_record
 
 SECTIONS = ("Main table", "What this scale can show")
-LINKED = ("ran", "skipped", "restored")  # stages with an MLflow run once the flow records them
+LINKED = ("ran", "skipped", "restored")  # outcomes whose outputs (and record) stand in the run root
+NO_RUN = "no run recorded"  # such a stage without a record (data/runs/<stage>.json) in the run root
 # the report's main-table headers, shortened for the summary
 SHORT_HEADERS = ((re.compile(r"ours \([^)]*\) macro "), "ours "),
                  (re.compile(r"published \([^)]*\) macro "), "paper "))
@@ -50,6 +54,17 @@ def compact_table(section: str) -> str:
     return "\n".join(lines)
 
 
+def _stage_row(root: Path, profile: str, stage: str, status: str) -> str:
+    """The stage's row: its name links the run its record names, else says it has none; a stage
+    that failed or did not run gets no link (the outputs in the run root are not of this run)."""
+    if status not in LINKED:
+        return f"| {stage} | {status} |"
+    record = read_record(root, stage)
+    if record is None or record.profile != profile:
+        return f"| {stage} | {status}, {NO_RUN} |"
+    return f"| [{stage}]({run_link(record.run_id)}) | {status} |"
+
+
 def summary_markdown(root: Path, profile: str, statuses: Mapping[str, str]) -> str:
     folder = root / "reports" / profile
     experiment = experiment_name(profile)
@@ -61,21 +76,25 @@ def summary_markdown(root: Path, profile: str, statuses: Mapping[str, str]) -> s
              "Stages: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".",
              ""]
     links = []
-    if (folder / "paper.html").is_file():
-        links.append(f"- Report: [paper.html]({report_link(profile, 'paper.html')}) "
-                     f"(on disk: `reports/{profile}/paper.html`)")
+    report = report_file_link(root, profile, "paper.html") if (folder / "paper.html").is_file() else None
+    if report is not None:
+        links.append(f"- Report: [paper.html]({report}) (on disk: `reports/{profile}/paper.html`)")
+    elif (folder / "paper.html").is_file():
+        links.append(f"- Report: `reports/{profile}/paper.html` ({NO_RUN} for the stage `report`)")
     links.append(f"- MLflow: [the runs of {experiment}]({experiment_link(experiment)})")
     for index in sorted((folder / "data_docs").glob("*/index.html")):
-        links.append(f"- Data Docs, {index.parent.name}: "
-                     f"[index.html]({report_link(profile, f'data_docs/{index.parent.name}/index.html')})")
+        name = index.parent.name
+        docs = report_file_link(root, profile, f"data_docs/{name}/index.html")
+        links.append(f"- Data Docs, {name}: [index.html]({docs})" if docs is not None
+                     else f"- Data Docs, {name}: `reports/{profile}/data_docs/{name}/index.html` ({NO_RUN})")
     links.append("- Plots: `dvc plots show` in the checkout, then open `dvc_plots/index.html`")
     lines += ["## Links", "",
               f"The links open in the MLflow server of `make mlflow-ui` ({ui_url()}, or `MLFLOW_UI_URL`), "
-              "which serves the report and the Data Docs from the runs that wrote them.", "",
+              "each at the run that made the output, by the id its stage recorded; the server serves the "
+              "report and the Data Docs from those runs' artifacts.", "",
               *links, ""]
     lines += ["## Stages", "", "| stage (MLflow run) | outcome |", "|---|---|",
-              *(f"| [{stage}]({run_link(experiment, stage)}) | {status} |" if status in LINKED
-                else f"| {stage} | {status} |" for stage, status in statuses.items()),
+              *(_stage_row(root, profile, stage, status) for stage, status in statuses.items()),
               ""]
     paper = folder / "paper.md"
     if paper.is_file():

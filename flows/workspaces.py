@@ -101,7 +101,7 @@ class RunLayout:
 
     @property
     def commit(self) -> str:
-        from pipeline.tracking import git_commit
+        from pipeline.provenance import git_commit
 
         return git_commit(self.checkout)
 

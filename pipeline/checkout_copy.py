@@ -1,6 +1,6 @@
 """Copies of a checkout, and DVC run in them.
 
-Draws (pipeline.draws), the Prefect flow's run roots and stage workspaces (flows.workspaces),
+Draws (pipeline.draws.workspace), the Prefect flow's run roots and stage workspaces (flows.workspaces),
 the end-to-end tests, benchmarks and dev studies all run `dvc` in a copy of the checkout's code:
 
     code_files          the files a copy holds: tracked and untracked-but-not-ignored, the state

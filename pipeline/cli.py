@@ -9,10 +9,10 @@
   plots-template        write the offline page `dvc plots show` fills (Vega inlined; `make setup` runs it)
   mlflow-links          print each experiment's link into the MLflow UI (model-training view)
   record-runs           after `dvc repro`: an MLflow run for every stage of dvc.lock, also those DVC did not
-                        run (pipeline/stages/records.py; `make repro` runs it)
+                        run (pipeline/record_runs.py; `make repro` runs it)
   up-to-date            exit 0 when nothing DVC checks changed since the last `make repro` (pipeline/uptodate.py;
                         --record writes the stamp, --forget removes it; `make repro` uses all three)
-  dvc-yaml              write dvc.yaml and the `dvc plots` templates from pipeline/stages/dag.py and the
+  dvc-yaml              write dvc.yaml and the `dvc plots` templates from pipeline/dag.py and the
                         systems registry (--check: only say whether they are current)
 """
 
@@ -288,13 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "behaviour":
             return _behaviour(args, params, root)
         if args.command == "mlflow-links":
-            from pipeline.mlflow_ui import experiment_links
-            from pipeline.tracking import tracking_uri
+            from pipeline.tracking.links import experiment_links
+            from pipeline.tracking.runs import tracking_uri
 
             print("\n".join(experiment_links(tracking_uri(root))) or "no experiment yet: run a stage first")
             return 0
         if args.command == "dvc-yaml":
-            from pipeline.stages.dag import generated_files
+            from pipeline.dag import generated_files
 
             files = generated_files(root)
             if args.check:
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(path)
             return 0
         if args.command == "record-runs":
-            from pipeline.stages.records import record_runs
+            from pipeline.record_runs import record_runs
 
             for rec in record_runs(params, root, args.since, args.stage, args.outcome):
                 print(f"{rec.stage}: {rec.action} (run {rec.run_id})")

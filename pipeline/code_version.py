@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from pipeline.policy.model_ref import hash_files
+from pipeline.io import hash_files
 
 PACKAGE = Path(__file__).resolve().parent
 SOURCE_SUFFIXES = (".py", ".yaml")  # the code and the prompts it reads

@@ -7,6 +7,7 @@ next write of the same path. `read_parquet` and `read_text` turn an unreadable i
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -19,6 +20,8 @@ from typing import Any
 import pandas as pd
 
 from pipeline.errors import InputError
+
+_HASH_CHUNK = 1 << 20  # bytes read at a time by hash_files
 
 # `.<name>.<8 characters>.tmp`: a write in progress (or cut by a kill); `.<name>.old`: the
 # previous version of a folder during its swap
@@ -172,3 +175,16 @@ def parquet_rows(path: str | os.PathLike, made_by: str) -> int:
     except (pa.ArrowException, OSError, ValueError) as e:
         raise InputError(f"{path}: not a readable parquet file ({e}); expected the output of {made_by}, "
                          "rerun it") from None
+
+
+def hash_files(folder: str | os.PathLike, files: list[str]) -> str:
+    """sha256 over (name, size, content) of each file in order, read in 1 MiB chunks."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for name in files:
+        path = folder / name
+        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as handle:
+            while chunk := handle.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()

@@ -1,6 +1,6 @@
 """params.yaml edited as text: the scalar at a dotted key rewritten, every other byte kept.
 
-Seed sets (pipeline.seed_sets), draws (pipeline.draws: the seeds and the three precision
+Seed sets (pipeline.draws.seed_sets), draws (pipeline.draws.workspace: the seeds and the three precision
 settings) and copies of a checkout (pipeline.checkout_copy: `profile`) all edit the file here.
 The text is loaded round-trip (ruamel) to find where each value is written, only that token is
 replaced, and the result is checked to load with exactly the new values; comments, layout and

@@ -2,7 +2,7 @@
 name, workflow, how it is trained and its published numbers.
 
 Every other place that names a system reads this table: the DVC stages (`train@<name>`,
-`evaluate@<name>`, generated into dvc.yaml by pipeline.stages.dag), the params keys
+`evaluate@<name>`, generated into dvc.yaml by pipeline.dag), the params keys
 (`<profile>.train.systems.<name>`), the model, audit, checkpoint and evaluation folders
 (`data/{models,audit,checkpoints,eval}/<name>`), the MLflow run names (the stage names) and
 registered models (the system names), the report and the Prefect flows. Each system also has

@@ -35,7 +35,7 @@ class Verdict:
 def _lock_paths(root: Path) -> list[str]:
     """Every dependency and output path dvc.lock names for the stages of dvc.yaml (params files
     included)."""
-    from pipeline.stages.records import lock_entries
+    from pipeline.record_runs import lock_entries
 
     paths: set[str] = set()
     for entry in lock_entries(root).values():

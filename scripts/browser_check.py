@@ -21,7 +21,8 @@ pages:
    links shows its marks;
 4. MLflow: `mlflow server --app-name maopd` (the server of `make mlflow-ui`, on a free port)
    over the checkout's store: the experiment opens in the model-training view, and every MLflow
-   link of the report opens a run of that name (a 404 or MLflow's "Page Not Found" fails);
+   link of the report opens what it names by id: the page of that very run (showing its name),
+   or a file among that run's artifacts (a 404 or MLflow's "Page Not Found" fails);
 5. Prefect: a temporary server, the deployments, a `cpu` worker and a run of
    `maopd-paper/smoke` on the checkout's profile for `--prefect-stages` (default: the report,
    up to date after `make repro`, so the run takes seconds). The flow-run page shows the run;
@@ -224,7 +225,7 @@ def mlflow_links_of(page, where: str, ui_url: str) -> list[tuple[str, str]]:
 
 
 def report_page(session: Session, root: Path, profile: str) -> PageResult:
-    from pipeline.mlflow_ui import ui_url
+    from pipeline.tracking.links import ui_url
 
     path = root / "reports" / profile / "paper.html"
     if not path.is_file():
@@ -340,19 +341,32 @@ def mlflow_server(session: Session, checkout: Path) -> Iterator[str]:
                 os.environ["MLFLOW_UI_URL"] = previous
 
 
+def run_name(session: Session, run_id: str) -> str | None:
+    """The name of run `run_id`, from the MLflow server's REST API; None when it has no such run."""
+    url = f"{session.mlflow_base}/api/2.0/mlflow/runs/get?run_id={urllib.request.quote(run_id)}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return json.load(answer)["run"]["info"]["run_name"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def follow_link(session: Session, where: str, url: str, shot: str | None = None) -> PageResult:
     """Open one link into the MLflow server: the document must not be a 404, and an MLflow page
-    must show what it names (a run: its name; an experiment: its runs table) and not MLflow's
-    "Page Not Found"."""
-    from pipeline.mlflow_ui import DEFAULT_UI_URL, LINK_PREFIX
+    must show what it names (a run, by its id: that run's page, showing the run's name as the
+    store holds it; an experiment: its runs table) and not MLflow's "Page Not Found"."""
+    from pipeline.tracking.links import DEFAULT_UI_URL, LINK_PREFIX
 
     live = session.mlflow_base + url[len(DEFAULT_UI_URL):] if url.startswith(DEFAULT_UI_URL) else url
     result = PageResult(f"link from {where}", live)
     path = urlsplit(live).path
-    if f"{LINK_PREFIX}/runs/" in path:  # the run's own page (its id in the URL), showing its name
-        name = urllib.request.unquote(path.rsplit("/", 1)[1])
-        ready = (f"/\\/runs\\/[0-9a-f]{{32}}/.test(location.hash) && document.body && "
-                 f"document.body.innerText.includes({json.dumps(name)}) && "
+    if f"{LINK_PREFIX}/run/" in path:  # the page of the run the id names, showing that run's name
+        run_id = urllib.request.unquote(path.rsplit("/", 1)[1])
+        name = run_name(session, run_id)
+        if name is None:
+            result.errors.append(f"the store has no run {run_id}")
+        ready = (f"location.hash.includes({json.dumps(f'/runs/{run_id}')}) && document.body && "
+                 f"document.body.innerText.includes({json.dumps(name or run_id)}) && "
                  f"!/matching runs/.test(document.body.innerText)")
     elif f"{LINK_PREFIX}/experiments/" in path:
         ready = "document.body && /evaluate@|report|train@/.test(document.body.innerText)"
@@ -382,8 +396,8 @@ def follow_link(session: Session, where: str, url: str, shot: str | None = None)
 def mlflow_pages(session: Session, checkout: Path, profile: str) -> list[PageResult]:
     from mlflow.tracking import MlflowClient
 
-    from pipeline.mlflow_ui import experiment_link
-    from pipeline.tracking import experiment_name
+    from pipeline.tracking.links import experiment_link
+    from pipeline.tracking.runs import experiment_name
 
     store = checkout / "mlflow.db"
     if MlflowClient(f"sqlite:///{store}").get_experiment_by_name(experiment_name(profile)) is None:
@@ -396,14 +410,14 @@ def mlflow_pages(session: Session, checkout: Path, profile: str) -> list[PageRes
     results = [result]
     paper = checkout_root(checkout, profile) / "reports" / profile / "paper.html"
     if paper.is_file():  # the report's links, also when the report check did not run
-        from pipeline.mlflow_ui import DEFAULT_UI_URL
+        from pipeline.tracking.links import DEFAULT_UI_URL
 
         session.mlflow_links += [("report", h) for h in re.findall(r'href="([^"]+)"', paper.read_text())
                                  if h.startswith(DEFAULT_UI_URL)]
     shot = "mlflow-run"
     for where, url in dict.fromkeys(session.mlflow_links):
-        results.append(follow_link(session, where, url, shot if "/runs/" in url else None))
-        shot = None if "/runs/" in url else shot
+        results.append(follow_link(session, where, url, shot if "/maopd/run/" in url else None))
+        shot = None if "/maopd/run/" in url else shot
     session.mlflow_links.clear()
     return results
 

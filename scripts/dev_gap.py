@@ -38,8 +38,8 @@ from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
 from pipeline.io import write_parquet
 from pipeline.policy.hf_backend import HFBackend
-from pipeline.stages.inputs import open_eval_backend, open_retriever, read_split, require_model
-from pipeline.stages.sources import world
+from pipeline.stage_io.inputs import open_eval_backend, open_retriever, read_split, require_model
+from pipeline.stage_io.sources import world
 
 RUNS, SEED, DRAWS, SHARD = 4, 1, 4000, 32
 WORKFLOWS = ("cascade", "hierarchy")

@@ -4,6 +4,7 @@
     python scripts/draw.py run --seed-set G --precision float32 # the index, base model and engine in float32
     python scripts/draw.py keep .maopd/draws/tiny-G-auto-d764e7d [--name N]
     python scripts/draw.py list                                 # the kept draws (reports/<profile>/draws/)
+    python scripts/draw.py hashes A-bf16-xeon-f6m167 --source .  # a draw kept before hashes, re-made here
 
 `run` copies this checkout's code to .maopd/draws/<profile>-<set>-<precision>-<commit>/
 (uncommitted code: <commit>-dirty-<code fingerprint>/; or --workspace), switches its params.yaml
@@ -20,7 +21,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.draws import CODE_CHANGED, PRECISIONS, DrawFailed, keep_draw, list_draws, read_draw, run_draw
+from pipeline.draws.workspace import (
+    CODE_CHANGED,
+    PRECISIONS,
+    DrawFailed,
+    attach_hashes,
+    keep_draw,
+    list_draws,
+    read_draw,
+    run_draw,
+)
 from pipeline.errors import InputError
 
 
@@ -62,6 +72,11 @@ def main(argv: list[str]) -> None:
     keep.add_argument("--name", default=None, help="default: <set>-<precision>-<cpu>, e.g. G-bf16-xeon-f6m207")
     keep.add_argument("--profile", default=None, help="default: the workspace's")
     keep.add_argument("--replace", action="store_true", help="replace a different kept draw of the same name")
+    hashes = sub.add_parser("hashes", help="give a draw kept before hashes existed the hashes of a checkout that "
+                            "re-made it (its every measured number equal)")
+    hashes.add_argument("name", help="the kept draw's name (reports/<profile>/draws/<name>.json)")
+    hashes.add_argument("--source", type=Path, required=True, help="the checkout whose report re-made that draw")
+    hashes.add_argument("--profile", default="tiny")
     listing = sub.add_parser("list", help="the kept draws")
     listing.add_argument("--profile", default="tiny")
     args = parser.parse_args(argv)
@@ -79,6 +94,8 @@ def main(argv: list[str]) -> None:
     elif args.command == "keep":
         kept = keep_draw(args.workspace, root, _profile_of(args.workspace, args.profile), args.name, args.replace)
         print(f"kept as {kept}")
+    elif args.command == "hashes":
+        print(f"hashes added to {attach_hashes(root, args.profile, args.name, args.source)}")
     else:
         draws = list_draws(root, args.profile)
         if not draws:

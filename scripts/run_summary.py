@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.draws import stage_times
+from pipeline.draws.record import read_draw_report
+from pipeline.draws.workspace import stage_times
 from pipeline.errors import InputError
 from pipeline.report.comparisons import published_gap
-from pipeline.report.draw_record import read_draw_report
 from pipeline.systems import BY_NAME, SYSTEMS, TEACHER
 
 ROLES = ("leader", "searcher", "answerer")

@@ -15,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from pipeline.draws.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets, write_seed_set
 from pipeline.errors import InputError
-from pipeline.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets, write_seed_set
 
 
 def main(argv: list[str]) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.agents.workflows import run_workflow, run_workflows
 from pipeline.policy.base import SamplingParams
-from tests.configs import workflow_cfg
-from tests.fakes import FakeRetriever, SeededBackend, field_of, make_questions, role_of
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fakes import FakeRetriever, SeededBackend, field_of, make_questions, role_of
 
 BIG = dict(leader_max_new_tokens=400, searcher_max_new_tokens=300, answerer_max_new_tokens=100,
            max_searcher_turns=4, n_candidates=2)

@@ -11,8 +11,8 @@ import pytest
 from pipeline.agents.records import TRAJECTORY_COLUMNS, to_tables, trajectory_table
 from pipeline.agents.workflows import run_cascade, run_hierarchy
 from pipeline.io import write_parquet
-from tests.configs import workflow_cfg
-from tests.fakes import FakeBackend, FakeRetriever, TeamScript, fake_logprob, make_questions
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fakes import FakeBackend, FakeRetriever, TeamScript, fake_logprob, make_questions
 
 CONTRACT_SAMPLE_COLUMNS = [
     "sample_id", "question_id", "trajectory_id", "workflow", "role", "call_id", "agent_id",

@@ -11,8 +11,8 @@ from pipeline.agents.workflow_config import WorkflowConfig
 from pipeline.agents.workflows import run_cascade, run_hierarchy
 from pipeline.errors import InputError
 from pipeline.policy.sampling_seeds import key_seed
-from tests.configs import workflow_cfg
-from tests.fakes import FakeBackend, FakeRetriever, TeamScript, field_of, make_questions, role_of
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fakes import FakeBackend, FakeRetriever, TeamScript, field_of, make_questions, role_of
 
 # The fake tokenizer is character-level, so generation limits must be generous.
 BIG = dict(leader_max_new_tokens=400, searcher_max_new_tokens=300, answerer_max_new_tokens=100)

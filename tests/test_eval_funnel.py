@@ -15,8 +15,8 @@ from pipeline.eval.funnel import holds, trajectory_funnel, words
 from pipeline.eval.funnel_metrics import BY_KEY, funnel_steps, funnel_table, paired_rate_gap, role_table
 from pipeline.eval.scoring import score_rollout
 from pipeline.retrieval.base import Passage
-from tests.configs import workflow_cfg
-from tests.fakes import FakeBackend, FakeRetriever, TeamScript, make_questions
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fakes import FakeBackend, FakeRetriever, TeamScript, make_questions
 
 
 def _searcher(call_id: int, wave: int, task: str, passages: list[Passage], report: str, report_id: str) -> Call:

@@ -8,7 +8,7 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics, workload
 from pipeline.eval.records import per_question_scores
-from tests.configs import EVAL
+from tests.helpers.configs import EVAL
 
 # system -> (dataset, question_id) -> strict correctness of runs 0..3
 CORRECT = {

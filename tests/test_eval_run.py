@@ -12,8 +12,8 @@ from pipeline.errors import InputError
 from pipeline.eval.funnel import FUNNEL_COLUMNS
 from pipeline.eval.run import evaluate_system, shard_path, shard_seed
 from pipeline.eval.scoring import RECORD_COLUMNS, run_of
-from tests.configs import workflow_cfg
-from tests.fakes import FakeBackend, FakeRetriever, SeededBackend, TeamScript, field_of, make_questions, role_of
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fakes import FakeBackend, FakeRetriever, SeededBackend, TeamScript, field_of, make_questions, role_of
 
 CFG = workflow_cfg(n_candidates=1, leader_max_new_tokens=400, searcher_max_new_tokens=300,
                    answerer_max_new_tokens=100)

@@ -19,6 +19,7 @@ from flows.summary import report_sections, summary_markdown
 from flows.workspaces import up_to_date
 from pipeline import checkout_copy
 from pipeline.checkout_copy import clean_line, run_dvc, same_file
+from pipeline.tracking.stage_record import StageRecord, write_record
 
 
 def test_task_runs_carry_the_stage_name_from_creation():
@@ -123,24 +124,50 @@ def _report_folder(tmp_path):
     return folder
 
 
+def _record(root, stage: str, run_id: str, profile: str = "ci") -> None:
+    """The record a stage writes when its MLflow run ends FINISHED (data/runs/<stage>.json)."""
+    write_record(root, StageRecord(stage=stage, run_id=run_id, experiment_id="1",
+                                   experiment=f"multiagent-opd-{profile}", profile=profile, seed_set="A",
+                                   cpu="x86", precision="float32", commit="c0ffee", code="abc"))
+
+
 def test_flow_summary_holds_the_main_table_and_links(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000")
     folder = _report_folder(tmp_path)
+    ids = {stage: f"{i:032x}" for i, stage in enumerate(("report", "validate_splits", "splits"), start=1)}
+    for stage, run_id in ids.items():
+        _record(tmp_path, stage, run_id)
     assert [s.splitlines()[0] for s in report_sections((folder / "paper.md").read_text())] == [
         "## Main table", "## What this scale can show"]
-    md = summary_markdown(tmp_path, "ci", {"splits": "skipped", "report": "ran", "index": "failed"})
+    md = summary_markdown(tmp_path, "ci", {"splits": "skipped", "report": "ran", "index": "failed",
+                                           "corpus": "restored"})
     assert "| MultiAgent-OPD | 1.00 | 38.68 |" in md and "**Made at:** ci" in md and "Per dataset" not in md
-    assert "1 failed, 1 ran, 1 skipped" in md
+    assert "1 failed, 1 ran, 1 restored, 1 skipped" in md
     links = re.findall(r"\]\(([^)]+)\)", md)
-    # http links into the MLflow server, by name: a browser opens them from the Prefect UI, in any store
+    # http links into the MLflow server, each naming the run its stage recorded by id
     assert links and all(link.startswith("http://127.0.0.1:5000/maopd/") for link in links), links
     assert re.findall(r"https?://[^\s)`]+", md.replace("(http://127.0.0.1:5000, ", "")) == links  # no other URL
-    assert "http://127.0.0.1:5000/maopd/reports/ci/paper.html" in links
-    assert "http://127.0.0.1:5000/maopd/reports/ci/data_docs/splits/index.html" in links
-    assert "http://127.0.0.1:5000/maopd/runs/multiagent-opd-ci/report" in links
+    assert f"http://127.0.0.1:5000/maopd/artifacts/{ids['report']}/paper.html" in links
+    assert f"http://127.0.0.1:5000/maopd/artifacts/{ids['validate_splits']}/data_docs/index.html" in links
+    assert f"| [report](http://127.0.0.1:5000/maopd/run/{ids['report']}) | ran |" in md
+    assert f"| [splits](http://127.0.0.1:5000/maopd/run/{ids['splits']}) | skipped |" in md
     assert "http://127.0.0.1:5000/maopd/experiments/multiagent-opd-ci" in links
     assert "file:" not in md and str(tmp_path) not in md
     assert "| index | failed |" in md  # a failed stage has no run to link
+    assert "| corpus | restored, no run recorded |" in md  # no data/runs/corpus.json
+
+
+def test_flow_summary_without_records_links_no_run(tmp_path, monkeypatch):
+    """Outputs without the records of the stages that made them (or another profile's) get no
+    link: a link by name would open whatever run of that name the store holds."""
+    monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000")
+    _report_folder(tmp_path)
+    _record(tmp_path, "report", "f" * 32, profile="tiny")
+    md = summary_markdown(tmp_path, "ci", {"report": "ran"})
+    assert re.findall(r"\]\(([^)]+)\)", md) == ["http://127.0.0.1:5000/maopd/experiments/multiagent-opd-ci"]
+    assert "| report | ran, no run recorded |" in md
+    assert "Report: `reports/ci/paper.html` (no run recorded" in md
+    assert "Data Docs, splits: `reports/ci/data_docs/splits/index.html` (no run recorded)" in md
 
 
 def test_the_summary_tables_are_narrow(tmp_path):
@@ -266,7 +293,7 @@ def test_the_draws_flow_runs_one_task_per_seed_set_in_turn_and_fails_after_the_o
     from types import SimpleNamespace
 
     from flows import draws
-    from pipeline.draws import DrawFailed
+    from pipeline.draws.workspace import DrawFailed
 
     calls = []
 

@@ -14,8 +14,8 @@ import pandas as pd
 import yaml
 
 from pipeline.config import load_params
+from pipeline.stage_io.inputs import open_retriever
 from pipeline.stages.index import run_index
-from pipeline.stages.inputs import open_retriever
 
 from .conftest import REPO_ROOT
 from .test_retrieval import _tiny_bert

@@ -1,7 +1,7 @@
 """Learning controls: every training signal of the trainer moves a tiny policy the right way, and
 its sign-flipped twin moves it the other way (so a sign error anywhere fails here).
 
-Each control runs the project's own trainer (`collect_batch` + `ppo_update`, tests/controls.py)
+Each control runs the project's own trainer (`collect_batch` + `ppo_update`, tests/helpers/controls.py)
 on a tiny random Qwen3 in a setting where the right direction is known, and measures the
 quantity the signal must move: the log-probability of the rewarded completion against an
 unrewarded one on fixed contexts, or the student's KL to the Teacher on fixed contexts. The
@@ -17,7 +17,7 @@ import pytest
 from pipeline.agents.prompts import ReportLine, load_prompts
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend
-from tests.controls import (
+from tests.helpers.controls import (
     ChoiceBackend,
     completion_logp,
     control_config,
@@ -27,7 +27,7 @@ from tests.controls import (
     signals,
     train_steps,
 )
-from tests.fakes import field_of, role_of
+from tests.helpers.fakes import field_of, role_of
 from tests.test_rl_trainer import tiny_model, tiny_tokenizer
 
 PROMPTS = load_prompts()

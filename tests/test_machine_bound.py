@@ -7,7 +7,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.machine_bound import describe, forward_flops_per_token, sequence_flops
-from tests.tiny_models import tiny_hf_backend
+from tests.helpers.tiny_models import tiny_hf_backend
 
 
 @pytest.fixture(scope="module")

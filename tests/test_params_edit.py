@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from pipeline.checkout_copy import switch_profile
-from pipeline.draws import float32_settings
+from pipeline.draws.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets, write_seed_set
+from pipeline.draws.workspace import float32_settings
 from pipeline.errors import InputError
 from pipeline.params_edit import edit_file, literal, locate, set_values
-from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets, write_seed_set
 
 from .conftest import REPO_ROOT
 

@@ -22,7 +22,7 @@ from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.policy.next_token import sample_next_tokens
 from pipeline.policy.sampling_seeds import entry_seed, keyed_uniforms, sample_seeds
 from pipeline.policy.sglang_backend import SGLangBackend, SGLangError
-from tests.fake_sglang import FakeSGLangState, serve_state
+from tests.helpers.fake_sglang import FakeSGLangState, serve_state
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
 
@@ -273,7 +273,7 @@ def test_response_logprobs_with_grad_and_entropy(backend, prompts):
 
 
 # -- SGLang over HTTP ------------------------------------------------------------------
-# The fake server (tests/fake_sglang.py) answers in SGLang's shapes with this HF backend's numbers.
+# The fake server (tests/helpers/fake_sglang.py) answers in SGLang's shapes with this HF backend's numbers.
 @pytest.fixture()
 def sglang(backend):
     state = FakeSGLangState(backend)

@@ -11,7 +11,7 @@ import torch
 
 from pipeline.policy.base import SamplingParams
 from pipeline.policy.batching import shared_prefix_groups
-from tests.tiny_models import tiny_hf_backend
+from tests.helpers.tiny_models import tiny_hf_backend
 
 
 @pytest.fixture(scope="module")

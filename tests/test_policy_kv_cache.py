@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from pipeline.policy.kv_cache import PreallocatedLayer
-from tests.tiny_models import tiny_hf_backend
+from tests.helpers.tiny_models import tiny_hf_backend
 
 
 @pytest.fixture(scope="module")

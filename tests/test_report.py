@@ -1,10 +1,13 @@
-"""The `report` stage on synthetic records and a temporary MLflow store."""
+"""The `report` stage on synthetic records, the training stage's curves file and stage records,
+and a temporary MLflow store that the report must not read."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -16,36 +19,54 @@ from pipeline.eval.metrics import behaviour, macro_metrics, per_dataset_metrics,
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.synthetic import synthetic_records
 from pipeline.paths import eval_dir
-from pipeline.report.curves import CURVE_METRICS
+from pipeline.report.curves import CURVE_METRICS, stage_curves_path, write_stage_curves
 from pipeline.report.paper import _fallback_html
 from pipeline.report.tables import _tex
 from pipeline.systems import SYSTEMS
-from pipeline.tracking import stage_run
-from tests.configs import EVAL
+from pipeline.tracking.runs import stage_run
+from pipeline.tracking.stage_record import read_record, record_path, write_record
+from tests.helpers.configs import EVAL
 
 QUOTAS = {"nq": 12, "hotpotqa": 10, "bamboogle": 5}
 ACCURACY = {"multiagent_opd": 0.5, "c_mas_rl": 0.4, "h_mas_base": 0.3, "c_mas_base": 0.25}
 DEV_EM = [(0, 0.10), (10, 0.20), (20, 0.25)]
 DEV_QUESTIONS = 16
+TRAIN_STAGE = "train@multiagent_opd"
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """A tmp MLflow store with one fake training run of MultiAgent-OPD (and an older one)."""
+    """A tmp MLflow store with the run of `train@multiagent_opd` that made the curves file (its
+    stage record and data/curves/multiagent_opd.csv, under `made`), and a newer run of the same
+    stage made elsewhere with other curve values, which the report must not show."""
     folder = tmp_path_factory.mktemp("mlflow")
+    made, elsewhere = folder / "made", folder / "elsewhere"
+    history = [{"step": step, "dev_em": em, "dev_no_search_share": 1 - em, "reward_leader": em}
+               for step, em in DEV_EM]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder}/mlflow.db")
         mp.setenv("MLFLOW_ARTIFACT_ROOT", (folder / "artifacts").as_uri())
-        with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
-            mlf.log_metric("dev_em", 0.99, step=0)  # superseded by the later run below
-        with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=folder) as mlf:
-            mlf.log_param("shared.dev_questions", DEV_QUESTIONS)
-            for step, em in DEV_EM:
-                mlf.log_metric("dev_em", em, step=step)
-                mlf.log_metric("dev_no_search_share", 1 - em, step=step)
-                mlf.log_metric("reward_leader", em, step=step)
+        with stage_run(TRAIN_STAGE, "ci", tags={"system": "multiagent_opd"}, root=made) as mlf:
+            for point in history:
+                mlf.log_metrics({k: v for k, v in point.items() if k != "step"}, step=point["step"])
             run_id = mlf.active_run().info.run_id
-        yield {"run_id": run_id, "env": dict(os.environ)}
+        write_stage_curves(stage_curves_path(made, "multiagent_opd"), history,
+                           {"dev_em": DEV_QUESTIONS, "dev_no_search_share": DEV_QUESTIONS})
+        with stage_run(TRAIN_STAGE, "ci", tags={"system": "multiagent_opd"}, root=elsewhere) as mlf:
+            for step in (0, 10, 20, 30):  # newer, other values, more steps: read by name it would win
+                mlf.log_metrics({"dev_em": 0.99, "dev_no_search_share": 0.01}, step=step)
+            newer_run_id = mlf.active_run().info.run_id
+        assert read_record(made, TRAIN_STAGE).run_id == run_id
+        yield {"run_id": run_id, "newer_run_id": newer_run_id, "made": made, "env": dict(os.environ)}
+
+
+def _made_by_training(root, store):
+    """The outputs of `train@multiagent_opd` the report reads, as DVC would check them out: the
+    curves file and the stage's record of its run."""
+    for path in (stage_curves_path(store["made"], "multiagent_opd"), record_path(store["made"], TRAIN_STAGE)):
+        target = root / path.relative_to(store["made"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
 
 
 @pytest.fixture()
@@ -68,13 +89,22 @@ def _report(params, root, store, monkeypatch):
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store["env"]["MLFLOW_TRACKING_URI"])
     monkeypatch.setenv("MLFLOW_ARTIFACT_ROOT", store["env"]["MLFLOW_ARTIFACT_ROOT"])
+    _made_by_training(root, store)
     summary = STAGES["report"](params, root)
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
     return summary, metrics, (root / "reports" / "ci" / "paper.md").read_text()
 
 
 def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, params, store, monkeypatch):
+    from pipeline.dag import stage_names
+
     records = _write(tmp_path, list(ACCURACY))
+    # every other stage but `index` made its outputs in some run of the store; `index` has no record here
+    made_by = read_record(store["made"], TRAIN_STAGE)
+    run_ids = {TRAIN_STAGE: store["run_id"]}
+    for i, stage in enumerate(s for s in stage_names() if s not in ("report", "index", TRAIN_STAGE)):
+        run_ids[stage] = f"{i + 1:032x}"
+        write_record(tmp_path, dataclasses.replace(made_by, stage=stage, run_id=run_ids[stage]))
     summary, metrics, md = _report(params, tmp_path, store, monkeypatch)
     folder = tmp_path / "reports" / "ci"
     for name in ("paper.html", "main_table.tex", "figures/training_dynamics.png", "figures/macro_avg4.png"):
@@ -127,15 +157,21 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
 
     assert "## What this scale can show" in md and "test questions per system" in md
     assert "[splits](data_docs/splits/index.html), [masks](data_docs/masks/index.html)" in md
-    # every stage linked to its MLflow run by the experiment's and the stage's names, no id anywhere
-    from pipeline.stages.dag import stage_names
-
-    for stage in stage_names():
-        assert f"[`{stage}`](http://127.0.0.1:5000/maopd/runs/multiagent-opd-ci/{stage})" in md, stage
+    # each stage linked to the run its record names (not "the newest run of this name"); no link for
+    # the report's own run, nor for a stage without a record
+    for stage, run_id in run_ids.items():
+        assert f"| [`{stage}`](http://127.0.0.1:5000/maopd/run/{run_id}) |" in md, stage
+    assert "| `report` |" in md
+    index_row = next(line for line in md.splitlines() if line.startswith("| `index` |"))
+    assert "no record of its run" in index_row
     assert "(http://127.0.0.1:5000/maopd/experiments/multiagent-opd-ci)" in md
+    assert "/maopd/runs/" not in md and "#/experiments/" not in md
+    assert set(re.findall(r"[0-9a-f]{32}", md)) == set(run_ids.values())
+    assert summary["stage_records"] == len(run_ids)
+    # the newer run of the same stage, with other curve values, changes nothing in the report
     html_text = (folder / "paper.html").read_text()
-    assert store["run_id"] not in md and store["run_id"] not in html_text
-    assert not re.search(r"[0-9a-f]{32}", md) and "#/experiments/" not in md
+    assert store["newer_run_id"] not in md and store["newer_run_id"] not in html_text
+    assert 0.99 not in set(curve["dev_em"]) and curve["step"].max() == DEV_EM[-1][0]
     runs_row = next(line for line in md.splitlines() if line.startswith("| [`train@multiagent_opd`]"))
     assert "MultiAgent-OPD: the model, and the training curves drawn above" in runs_row  # whose curves it drew
 

@@ -12,6 +12,7 @@ import statistics
 import pandas as pd
 import pytest
 
+from pipeline.draws.record import check_record, comparison_key, draw_record
 from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap_many
 from pipeline.eval.metrics import behaviour, macro_metrics
@@ -21,7 +22,6 @@ from pipeline.report import across_draws as ad
 from pipeline.report import comparisons as cmp
 from pipeline.report import figures
 from pipeline.report.curves import Curve
-from pipeline.report.draw_record import check_record, comparison_key, draw_record
 from pipeline.report.inputs import dedup_counts
 from pipeline.report.results import compute_results
 from pipeline.report.scale import scale_section
@@ -290,7 +290,7 @@ def test_a_repository_copy_brings_the_profiles_kept_draws_and_no_other_report(tm
 
 
 def test_a_record_keeps_the_gap_unrounded_so_both_tables_print_the_same_figure():
-    from pipeline.report.draw_record import _num
+    from pipeline.draws.record import _num
 
     tie = -0.8350000000000001  # a gap on a rounding tie: rounding it first would print -0.83
     assert f"{_num(tie):+.2f}" == f"{tie:+.2f}" == "-0.84"

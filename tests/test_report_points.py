@@ -9,13 +9,13 @@ import json
 import pandas as pd
 import pytest
 
+from pipeline.draws.record import check_record, draw_record
 from pipeline.errors import InputError
 from pipeline.eval.funnel_metrics import BY_KEY, paired_rate_gap
 from pipeline.eval.synthetic import synthetic_records, with_funnel
 from pipeline.report import across_draws as ad
 from pipeline.report import comparisons as cmp
 from pipeline.report import figures
-from pipeline.report.draw_record import check_record, draw_record
 from pipeline.report.metrics_json import metrics_dict
 from pipeline.report.points import PAIRS, measure_points, pair_key, points_section, record_entry
 from pipeline.report.results import compute_results

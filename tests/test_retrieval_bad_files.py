@@ -16,7 +16,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.errors import InputError
 from pipeline.retrieval.index import build_index
-from pipeline.stages.inputs import read_corpus
+from pipeline.stage_io.inputs import read_corpus
 
 from .test_retrieval import _tiny_bert
 from .test_retrieval_server import HashEncoder

@@ -20,7 +20,7 @@ from pipeline.retrieval.batcher import MicroBatcher, QueueFull
 from pipeline.retrieval.limits import ServerLimits
 from pipeline.retrieval.server import create_app, is_loopback, warn_if_exposed
 
-from .live_server import live_server
+from .helpers.live_server import live_server
 
 
 class GatedRetriever:

@@ -16,7 +16,7 @@ from pipeline.retrieval.connections import protocol_for
 from pipeline.retrieval.limits import ConnectionLimits
 from pipeline.retrieval.server import create_app
 
-from .live_server import live_server
+from .helpers.live_server import live_server
 
 TIMEOUT_S = 0.5
 REQUEST = (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

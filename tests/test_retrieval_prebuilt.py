@@ -170,9 +170,9 @@ def _write_params(root: Path, **index) -> Path:
 
 @needs_sample
 def test_index_kind_prebuilt_points_at_the_files(bert768, tmp_path, monkeypatch):
+    from pipeline.stage_io.inputs import open_retriever
     from pipeline.stages.corpus import run_corpus
     from pipeline.stages.index import run_index
-    from pipeline.stages.inputs import open_retriever
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     root = tmp_path / "checkout"

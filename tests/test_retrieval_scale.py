@@ -202,7 +202,7 @@ def test_tiny_and_ci_stay_flat_and_the_paper_is_exact_on_gpu():
 
 
 class RunRecorder:
-    """Stands in for pipeline.tracking.stage_run: records what the stage logs."""
+    """Stands in for pipeline.tracking.runs.stage_run: records what the stage logs."""
 
     def __init__(self) -> None:
         self.params: dict = {}

@@ -22,7 +22,7 @@ from pipeline.retrieval.index import build_index
 from pipeline.retrieval.retriever import DenseRetriever
 from pipeline.retrieval.server import create_app
 
-from .live_server import live_server
+from .helpers.live_server import live_server
 
 MAX_BATCH, MAX_K = 4, 5
 

@@ -21,7 +21,7 @@ from pipeline.retrieval.base import Passage
 from pipeline.retrieval.limits import ConnectionLimits, ServerLimits
 from pipeline.retrieval.server import create_app
 
-from .live_server import live_server
+from .helpers.live_server import live_server
 
 LIMITS = ServerLimits(max_batch=4, max_k=5, max_query_chars=64, max_body_bytes=1 << 20, body_timeout_s=0.5)
 CONNECTIONS = ConnectionLimits(header_timeout_s=0.5, max_connections=64)

@@ -21,7 +21,7 @@ from pipeline.rl.advantages import (
 from pipeline.rl.batch import unpad
 from pipeline.rl.rewards import compute_rewards
 from pipeline.systems import BY_NAME as MODES
-from tests.configs import OPD_BETA, REWARDS
+from tests.helpers.configs import OPD_BETA, REWARDS
 
 EPS = 1e-6
 BETA = OPD_BETA

@@ -10,7 +10,7 @@ import torch
 
 from pipeline.errors import InputError
 from pipeline.rl.loss import minibatches, policy_loss
-from tests.configs import OPTIM
+from tests.helpers.configs import OPTIM
 
 CLIP = dict(clip_ratio=OPTIM.clip_ratio, clip_ratio_c=OPTIM.clip_ratio_c)  # 0.2 and 3 (docs/method.md §6)
 

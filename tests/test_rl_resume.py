@@ -15,7 +15,7 @@ import torch
 
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.rl.trainer import TrainInputs, TrainResult, train
-from tests.fakes import FakeRetriever
+from tests.helpers.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, questions, tiny_config, tiny_model, tiny_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]

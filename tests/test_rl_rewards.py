@@ -20,7 +20,7 @@ from pipeline.rl.rewards import (
     searcher_stage1_reward,
     team_outcome,
 )
-from tests.configs import REWARDS
+from tests.helpers.configs import REWARDS
 
 
 def srow(sample_id: str, role: str, traj: str = "q1/t0", **kw) -> dict:

@@ -32,8 +32,8 @@ from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.teacher_scoring import score_with_teacher
 from pipeline.rl.train_params import TrainConfig
 from pipeline.rl.trainer import TrainInputs, train
-from tests.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
-from tests.fakes import DEFAULT_PASSAGES, FakeRetriever, TeamScript
+from tests.helpers.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
+from tests.helpers.fakes import DEFAULT_PASSAGES, FakeRetriever, TeamScript
 
 # --------------------------------------------------------------------------- shared helpers
 

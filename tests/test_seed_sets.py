@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from pipeline.config import load_params
+from pipeline.draws.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets, seed_keys, write_seed_set
 from pipeline.errors import InputError
-from pipeline.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets, seed_keys, write_seed_set
 
 from .conftest import REPO_ROOT
 

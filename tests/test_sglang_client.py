@@ -20,9 +20,9 @@ from pipeline.policy.base import SamplingParams
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
 from pipeline.policy.model_ref import write_model_ref
 from pipeline.policy.sglang_backend import RetryPolicy, SGLangBackend, SGLangError
-from pipeline.stages import inputs as stage_inputs
-from tests.configs import PARAMS
-from tests.fake_sglang import FakeSGLangState, free_port, serve_app, serve_state
+from pipeline.stage_io import inputs as stage_inputs
+from tests.helpers.configs import PARAMS
+from tests.helpers.fake_sglang import FakeSGLangState, free_port, serve_app, serve_state
 
 ENGINE = PARAMS.engine
 

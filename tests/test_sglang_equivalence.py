@@ -15,9 +15,9 @@ from pipeline.basemodel.tiny_model import build_tiny_qwen3
 from pipeline.basemodel.tokenizer import train_bpe_tokenizer
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.sglang_backend import SGLangBackend
-from tests.configs import workflow_cfg
-from tests.fake_sglang import FakeSGLangState, serve_state
-from tests.fakes import FakeBackend, FakeRetriever, TeamScript
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fake_sglang import FakeSGLangState, serve_state
+from tests.helpers.fakes import FakeBackend, FakeRetriever, TeamScript
 
 CFG = workflow_cfg(
     cascade_steps=5, hierarchy_steps=8, max_waves=2, max_parallel=2, max_searcher_turns=2, top_k=2,

@@ -17,7 +17,7 @@ from pipeline.cli import main
 from pipeline.policy import sglang_server
 from pipeline.policy.sglang_backend import SGLangError
 from pipeline.policy.sglang_server import SGLangServerConfig, build_command, launch_server, wait_until_ready
-from tests.fake_sglang import FakeSGLangState, free_port, serve_state
+from tests.helpers.fake_sglang import FakeSGLangState, free_port, serve_state
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None

@@ -1,5 +1,5 @@
 """Every stage has an MLflow run of the state dvc.lock holds for it, whether or not DVC ran it
-(pipeline/stages/records.py): a run begun during the `dvc repro` is tagged with the state, a
+(pipeline/record_runs.py): a run begun during the `dvc repro` is tagged with the state, a
 stage DVC skipped or restored gets a run of its own that says so, and a second call adds nothing."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from pipeline.config import load_params
-from pipeline.stages.records import OUTCOME_TAG, STATE_TAG, dvc_state, record_runs
-from pipeline.tracking import experiment_name, stage_run
+from pipeline.record_runs import OUTCOME_TAG, STATE_TAG, dvc_state, record_runs
+from pipeline.tracking.runs import experiment_name, stage_run
 
 from .conftest import REPO_ROOT
 
@@ -116,7 +116,7 @@ def _trained(repo, system: str, weights: bytes, dev_em: list[float]) -> tuple[st
     run id and the weights' hash."""
     from pipeline.eval.run import model_fingerprint
     from pipeline.paths import model_dir
-    from pipeline.run_artifacts import KIND_TAG, WEIGHTS_SHA_TAG
+    from pipeline.tracking.artifacts import KIND_TAG, WEIGHTS_SHA_TAG
 
     folder = model_dir(repo, system)
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,7 +138,7 @@ def _lock_with_training(repo, system: str, md5: str = "eee.dir") -> None:
 def test_a_recorded_training_run_carries_the_curves_of_the_run_that_trained_its_weights(repo, params):
     from mlflow.tracking import MlflowClient
 
-    from pipeline.stages.records import CURVES_FROM_TAG
+    from pipeline.record_runs import CURVES_FROM_TAG
 
     source, _ = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
     _lock_with_training(repo, "multiagent_opd")
@@ -155,7 +155,7 @@ def test_a_recorded_training_run_carries_the_curves_of_the_run_that_trained_its_
 def test_a_recorded_training_run_copies_no_curves_from_a_run_that_wrote_other_weights(repo, params):
     from mlflow.tracking import MlflowClient
 
-    from pipeline.stages.records import CURVES_FROM_TAG
+    from pipeline.record_runs import CURVES_FROM_TAG
 
     _trained(repo, "multiagent_opd", b"old weights", [0.25, 0.30, 0.35])
     (repo / "data/models/multiagent_opd/model.safetensors").write_bytes(b"new weights")  # trained elsewhere
@@ -171,7 +171,7 @@ def test_the_run_that_trained_the_weights_is_found_behind_pages_of_recorded_runs
     hash and system; the search for the run that trained them reads past every page of those."""
     from mlflow.tracking import MlflowClient
 
-    import pipeline.stages.records as records
+    import pipeline.record_runs as records
 
     monkeypatch.setattr(records, "SEARCH_PAGE_SIZE", 1)
     source, _ = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])

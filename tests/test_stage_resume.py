@@ -29,7 +29,7 @@ from pipeline.report.curves import CURVE_METRICS
 from pipeline.report.mlflow_runs import read_mlflow
 from pipeline.stages import STAGES
 from tests.conftest import REPO_ROOT
-from tests.fakes import FakeRetriever
+from tests.helpers.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, questions, tiny_model, tiny_tokenizer
 
 STEPS = 2

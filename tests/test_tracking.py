@@ -1,4 +1,4 @@
-"""pipeline.tracking: the batched training-curve logger and the life of a stage's MLflow run
+"""pipeline.tracking.runs: the batched training-curve logger and the life of a stage's MLflow run
 (FAILED on an exception, KILLED on SIGTERM or when its process is found dead, continued by a
 resumed stage)."""
 
@@ -14,7 +14,7 @@ import sys
 import mlflow
 import pytest
 
-from pipeline.tracking import REPO_ROOT, CurveLogger, process_started, stage_run
+from pipeline.tracking.runs import REPO_ROOT, CurveLogger, process_started, stage_run
 
 
 def test_curve_logger_sends_every_step_in_batches(tmp_path, monkeypatch):
@@ -46,7 +46,7 @@ def test_curve_logger_needs_an_active_run(tmp_path, monkeypatch):
 HOLD_A_RUN = """
 import sys, time
 from pathlib import Path
-from pipeline.tracking import stage_run
+from pipeline.tracking.runs import stage_run
 with stage_run("teacher", "ci", {"lr": 0.1}, root=Path(sys.argv[1])) as mlf:
     mlf.log_metric("loss", 1.0, step=0)
     print(mlf.active_run().info.run_id, flush=True)
@@ -129,7 +129,7 @@ def test_a_resumed_stage_continues_its_run_with_its_metrics(tmp_path, monkeypatc
 
 def test_a_run_lost_with_its_store_is_replaced_by_a_new_one(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    with caplog.at_level("WARNING", logger="pipeline.tracking"):
+    with caplog.at_level("WARNING", logger="pipeline.tracking.runs"):
         with stage_run("teacher", "ci", root=tmp_path, resume_run_id="0123456789abcdef0123456789abcdef") as mlf:
             new_id = mlf.active_run().info.run_id
     assert new_id != "0123456789abcdef0123456789abcdef"

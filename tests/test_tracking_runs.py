@@ -14,12 +14,13 @@ import pytest
 
 from pipeline.config import load_params
 from pipeline.eval.synthetic import synthetic_records
-from pipeline.run_artifacts import WEIGHTS_RUN_TAG
+from pipeline.provenance import git_commit
+from pipeline.stage_io.run_logging import log_training, log_weights
 from pipeline.stages.evaluate import evaluation_metrics, log_evaluation
 from pipeline.stages.report import log_report
-from pipeline.stages.run_logging import log_training, log_weights
 from pipeline.systems import TRAINED as TRAINED_SYSTEMS
-from pipeline.tracking import EXPERIMENT_KIND, ensure_experiment, experiment_name, git_commit, stage_run
+from pipeline.tracking.artifacts import WEIGHTS_RUN_TAG
+from pipeline.tracking.runs import EXPERIMENT_KIND, ensure_experiment, experiment_name, stage_run
 
 from .conftest import REPO_ROOT
 
@@ -206,8 +207,8 @@ def test_the_readme_comparison_recipe_runs_through_mlflows_search(tmp_path, stor
 def test_printed_experiment_links_open_the_runs_table_in_the_training_view(tmp_path, store, monkeypatch):
     from flask import Flask
 
-    from pipeline.mlflow_app import register
-    from pipeline.mlflow_ui import experiment_links
+    from pipeline.tracking.links import experiment_links
+    from pipeline.tracking.server import register
 
     monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5000/")
     ensure_experiment("tiny", f"sqlite:///{tmp_path}/mlflow.db", (tmp_path / "a").as_uri())

@@ -7,8 +7,8 @@ import pytest
 
 from pipeline.stages.validate_masks import audit_rollout
 from pipeline.validate.masks import validate_masks
-from tests.configs import workflow_cfg
-from tests.fakes import FakeBackend, FakeRetriever, TeamScript, make_questions
+from tests.helpers.configs import workflow_cfg
+from tests.helpers.fakes import FakeBackend, FakeRetriever, TeamScript, make_questions
 
 
 @pytest.fixture(scope="module")

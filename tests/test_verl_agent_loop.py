@@ -3,7 +3,7 @@
 The agent loop is built the way verl's AgentLoopWorker builds it (its registry entry through
 hydra.utils.instantiate) and driven by `SGLangServerManager`: verl's server client plus verl's
 SGLang server adapter in miniature, talking HTTP to the fake SGLang server of
-tests/fake_sglang.py, which answers with an in-process HFBackend. The Teacher is a second
+tests/helpers/fake_sglang.py, which answers with an in-process HFBackend. The Teacher is a second
 fake SGLang server. The reference is the in-process path of `collect_batch` on the same
 trajectories: `run_workflow` (one trajectory per call, its seed from `trajectory_seed`) over
 `PerEntrySeedBackend` (each entry sampled alone with its entry seed, which is what the agent
@@ -54,9 +54,9 @@ from pipeline.verl_agent.loop import AGENT_NAME
 from pipeline.verl_agent.outputs import SAMPLE_KEY, SOURCE_KEY, TEACHER_KEY, Row, fit_lengths, tables_from_outputs
 from pipeline.verl_agent.seeds import PerEntrySeedBackend, trajectory_seed
 from pipeline.verl_agent.server import ServerError, ServerManagerBackend
-from tests.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
-from tests.fake_sglang import serve_backend
-from tests.fakes import FakeRetriever
+from tests.helpers.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
+from tests.helpers.fake_sglang import serve_backend
+from tests.helpers.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, tiny_model, tiny_tokenizer
 
 STEP = 3

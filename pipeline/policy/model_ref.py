@@ -9,17 +9,15 @@ calls `resolve_model_dir`, which accepts either kind of folder.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from pipeline.errors import InputError
-from pipeline.io import atomic_dir
+from pipeline.io import atomic_dir, hash_files
 
 MODEL_REF = "model_ref.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-_CHUNK = 1 << 20
 
 
 def model_files(folder: str | os.PathLike) -> list[str]:
@@ -39,19 +37,6 @@ def model_files(folder: str | os.PathLike) -> list[str]:
     if missing:
         raise InputError(f"{folder}: not a usable model folder; missing {'; '.join(missing)}")
     return files
-
-
-def hash_files(folder: str | os.PathLike, files: list[str]) -> str:
-    """sha256 over (name, size, content) of each file in order, read in 1 MiB chunks."""
-    folder = Path(folder)
-    digest = hashlib.sha256()
-    for name in files:
-        path = folder / name
-        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
-        with path.open("rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_model_ref(model_dir: str | os.PathLike, out_dir: str | os.PathLike, source: str = "") -> dict:

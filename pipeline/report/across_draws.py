@@ -2,14 +2,14 @@
 (reports/<profile>/draws/*.json, kept by scripts/draw.py) and in this run, how many of the
 intervals lie above 0, and per draw two checks of Stage II's behaviour.
 
-This run is a row of its own unless a kept draw has exactly its systems' scores: then that draw
-is this run, kept already. Draws evaluated on another number of test questions are listed and
-marked as a different test set.
+This run is a row of its own unless a kept draw came from the same models (its `hashes.models`
+equal this run's, pipeline.draws.record.same_models): then that draw is this run, kept already,
+and its row shows this run's numbers under the kept name. Equal scores never make two runs one.
+Draws evaluated on another number of test questions are listed and marked as a different test set.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
+from pipeline.draws.record import comparison_key, kept_name, load_kept, same_models
 from pipeline.eval.funnel_metrics import RATES
 from pipeline.report import comparisons as cmp
 from pipeline.report import figures, points
 from pipeline.report import published as pub
-from pipeline.report.draw_record import check_record, comparison_key
 from pipeline.report.tables import markdown
 from pipeline.systems import BY_NAME, TRAINED
 
@@ -37,7 +36,7 @@ THIS_RUN = "this run"
 @dataclass(frozen=True)
 class DrawRow:
     name: str
-    record: Mapping[str, Any]  # a draw record (pipeline.report.draw_record)
+    record: Mapping[str, Any]  # a draw record (pipeline.draws.record)
     this_run: bool  # this run, alone or as the kept draw with exactly its scores
     other_test_set: bool  # evaluated on another number of test questions than this run
     kept: bool = True  # a file of reports/<profile>/draws/; False: this run, not kept
@@ -65,28 +64,25 @@ def comparison_title(key: str) -> str:
     return f"{BY_NAME[target].label} - {BY_NAME[baseline].label}"
 
 
+# what a kept draw's row takes from this run when it is this run: every number the report measured
+MEASURED = ("test_questions", "runs", "level", "systems", "forced_answer_share", "comparisons", "dev_searcher_kl",
+            "dedup", "funnel", "hashes")
+
+
 def load_draws(folder: Path, profile: str) -> list[tuple[str, dict]]:
     """(name, record) of every reports/<profile>/draws/*.json, by file name; none without the
-    folder. A draw's name is its `name` field, else its file name."""
-    if not folder.is_dir():
-        return []
-    out = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except ValueError as e:
-            raise InputError(f"{path}: not valid JSON: {e}") from None
-        check_record(data, path, profile)
-        out.append((data.get("name") or path.stem, data))
-    return out
+    folder; InputError when two came from the same models (pipeline.draws.record.load_kept)."""
+    return [(kept_name(path, record), record) for path, record in load_kept(folder, profile)]
 
 
 def draw_rows(kept: Sequence[tuple[str, Mapping]], this_run: Mapping[str, Any], commit: str) -> list[DrawRow]:
-    """Every kept draw, then this run (with `commit`) unless a kept draw has exactly its
-    `systems` scores or it evaluated no system."""
+    """Every kept draw, then this run (with `commit`) unless a kept draw came from the same
+    models (that row then shows this run's numbers) or this run evaluated no system."""
     rows, found = [], False
     for name, record in kept:
-        same = bool(this_run["systems"]) and dict(record["systems"]) == dict(this_run["systems"])
+        same = bool(this_run["systems"]) and same_models(record, this_run)
+        if same:
+            record = {**record, **{key: this_run.get(key) for key in MEASURED}}
         found = found or same
         rows.append(DrawRow(name, record, same, record["test_questions"] != this_run["test_questions"]))
     if not found and this_run["systems"]:
@@ -206,7 +202,8 @@ def across_draws_section(rows: Sequence[DrawRow], profile: str, level: int, runs
         rows_text = f"No draw is kept in `{folder}` yet (`scripts/draw.py` keeps one): the only row is this run."
     else:
         rows_text = (f"Rows: the {kept} draw{'s' if kept != 1 else ''} kept in `{folder}` (kept by `scripts/draw.py`)"
-                     + (f"; this run has exactly the scores of the kept draw {joined.name}, so it is that row."
+                     + (f"; this run came from the same models as the kept draw {joined.name} (their content "
+                        "hashes are equal), so it is that row, with this run's numbers."
                         if joined else ", and this run." if any(r.this_run for r in rows) else
                         "; this run evaluated no system."))
     intro = ["A draw is one full run of the pipeline under a seed set (`configs/seed_sets.yaml`), a CPU kind and "

@@ -9,29 +9,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import Params
-from pipeline.draw_identity import draw_tags
+from pipeline.draws.record import draw_record
 from pipeline.eval.funnel_metrics import CATEGORIES as FUNNEL_CATEGORIES
-from pipeline.io import atomic_dir, write_json, write_text
+from pipeline.io import atomic_dir, hash_files, write_json, write_text
+from pipeline.provenance import git_commit
 from pipeline.report import comparisons as cmp
 from pipeline.report import figures
 from pipeline.report import published as pub
 from pipeline.report.across_draws import DRAWS_FIGURE, across_draws_section, draw_rows, draws_figure, load_draws
-from pipeline.report.curves import CURVE_METRICS, write_curve_files
+from pipeline.report.curves import CURVE_METRICS, read_stage_curves, stage_curves_path, write_curve_files
 from pipeline.report.departures import departures
-from pipeline.report.draw_record import draw_record
 from pipeline.report.dvc_files import write_metric_files, write_plot_files
 from pipeline.report.inputs import dedup_counts, load_records, model_summary, split_sizes
 from pipeline.report.intervals import macro_intervals
 from pipeline.report.metrics_json import metrics_dict
-from pipeline.report.mlflow_runs import read_mlflow
 from pipeline.report.paper import Provenance, build_markdown, to_html
 from pipeline.report.points import FIGURE as FUNNEL_FIGURE
 from pipeline.report.points import measure_points, points_section, record_entry
 from pipeline.report.results import Results, compute_results
 from pipeline.report.scale import measure_scale, scale_section
 from pipeline.report.tables import latex_main_table, markdown
-from pipeline.systems import BY_NAME, SYSTEMS
-from pipeline.tracking import experiment_name, git_commit
+from pipeline.systems import BY_NAME, SYSTEMS, TRAINED
+from pipeline.tracking.runs import experiment_name
+from pipeline.tracking.stage_record import StageRecord, joint_identity, read_records
 
 
 @dataclass
@@ -40,7 +40,7 @@ class ReportOutput:
     metrics: dict
     folder: Path  # reports/<profile>
     metrics_path: Path
-    runs_used: int
+    records: int  # stage records read (data/runs/)
     curves: list[str]
     figures: list[str]  # relative to `folder`
     seconds: float
@@ -84,6 +84,30 @@ def comparisons_section(results: Results, gaps: list[cmp.Gap], curves, ev) -> st
 DRAW_FILE = "draw.json"  # this run's draw record, beside paper.md
 
 
+def read_curves(root: Path, records: dict[str, StageRecord]) -> dict:
+    """{system: Curve} of every trained system whose stage wrote data/curves/<system>.csv, in
+    pipeline.systems order, each with the id of the run that made it."""
+    curves = {}
+    for s in TRAINED:
+        path = stage_curves_path(root, s.name)
+        if path.is_file():
+            record = records.get(s.train_stage)
+            curves[s.name] = read_stage_curves(path, s.name, record.run_id if record else "")
+    return curves
+
+
+def content_hashes(root: Path, present: Sequence[str]) -> dict[str, dict[str, str]]:
+    """sha256 of the models (pipeline.eval.run.model_fingerprint) and of the evaluation records
+    the report's numbers came from: every present system's records and weights, and the base model."""
+    from pipeline.eval.run import model_fingerprint
+
+    weights = {"base", *(BY_NAME[s].weights for s in present)}
+    models = {w: model_fingerprint(root / "data" / "models" / w) for w in sorted(weights)
+              if (root / "data" / "models" / w).is_dir()}
+    records = {s: hash_files(root / "data" / "eval" / s, ["records.parquet"]) for s in present}
+    return {"models": models, "records": records}
+
+
 def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> ReportOutput:
     """The whole report; `stages`: every stage of the DAG, each linked to its MLflow run."""
     start = time.perf_counter()
@@ -94,16 +118,18 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
                               ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
     intervals = macro_intervals(loaded.records, results.present, runs=ev.runs, draws=ev.bootstrap_draws,
                                 seed=ev.bootstrap_seed, level=ev.confidence)
-    curves, runs = read_mlflow(params.profile, CURVE_METRICS, root)
+    records = read_records(root, [s for s in stages if s != "report"])
+    curves = read_curves(root, records)
     folder = root / "reports" / params.profile
     gaps = cmp.measure_gaps(loaded.records, results.present, ev.runs, ev.bootstrap_draws, ev.bootstrap_seed,
                             ev.confidence)
     points = measure_points(loaded.records, loaded.funnel, ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
     sizes, dedup, commit = split_sizes(root), dedup_counts(root), git_commit(root)
     questions = int(intervals["questions"].max()) if len(intervals) else sizes.get("test", 0)
-    record = draw_record(profile=params.profile, tags=draw_tags(root, params.profile), test_questions=questions,
+    made_by = {s: r for s, r in records.items() if s.partition("@")[0] in ("base_model", "train", "evaluate")}
+    record = draw_record(profile=params.profile, identity=joint_identity(made_by), test_questions=questions,
                          level=level, results=results, gaps=gaps, kl_ends=cmp.searcher_kl_ends(curves), dedup=dedup,
-                         funnel=record_entry(points))
+                         funnel=record_entry(points), hashes=content_hashes(root, results.present))
     draws = draw_rows(load_draws(folder / "draws", params.profile), record, commit)
 
     curve_files = write_curve_files(curves, CURVE_METRICS, folder / "curves")
@@ -136,7 +162,7 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
         split_sizes=sizes, model=model,
         protocol={"runs": ev.runs, "bootstrap_draws": ev.bootstrap_draws, "bootstrap_seed": ev.bootstrap_seed,
                   "confidence": ev.confidence, "target_system": ev.target_system},
-        runs=runs, experiment=experiment_name(params.profile), stages=list(stages), figures=figure_names,
+        records=records, experiment=experiment_name(params.profile), stages=list(stages), figures=figure_names,
         curves=list(curves), curve_files=curve_files,
         data_docs=data_docs(),
         scale=scale_section(measure_scale(results, intervals), params.profile, _model_text(model), level,
@@ -155,6 +181,6 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
     metrics = metrics_dict(results, params.profile, points)
     metrics_path = root / "reports" / "metrics.json"
     write_json(metrics_path, metrics)
-    return ReportOutput(results, metrics, folder, metrics_path, len(runs), list(curves),
+    return ReportOutput(results, metrics, folder, metrics_path, len(records), list(curves),
                         figure_names + ([DRAWS_FIGURE] if forest else []) + ([FUNNEL_FIGURE] if funnel_drawn else []),
                         time.perf_counter() - start)

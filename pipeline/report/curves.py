@@ -1,9 +1,12 @@
-"""Training curves: which per-step metrics the report draws, and their files for `dvc plots`.
+"""Training curves: which per-step metrics the report draws, the file each training stage writes
+them to, and the report's files for `dvc plots`.
 
-A curve metric names the MLflow metric the trainer logs per step and the training run's
-param that says how many questions stand behind one point. Adding a diagnostic to the
-report is one more `CurveMetric` in `CURVE_METRICS`: the figure gets a panel and
-`reports/<profile>/curves/` a file, which dvc.yaml's `plots:` picks up as a plot.
+A curve metric names the metric the trainer logs per step and the training param that says how
+many questions stand behind one point. Each `train@<system>` stage writes the curves of its run
+to data/curves/<system>.csv (`write_stage_curves`), a DVC output beside its model: the report
+reads curves from those files only (`read_stage_curves`), never from MLflow, which mirrors them.
+Adding a diagnostic to the report is one more `CurveMetric` in `CURVE_METRICS`: the figure gets
+a panel and `reports/<profile>/curves/` a file, which dvc.yaml's `plots:` picks up as a plot.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.domain import ROLES
-from pipeline.io import atomic_dir
+from pipeline.errors import InputError
+from pipeline.io import atomic_dir, atomic_path
 from pipeline.systems import TRAINED
 
 
 @dataclass(frozen=True)
 class CurveMetric:
-    key: str  # the MLflow metric key, logged per training step
+    key: str  # the metric key the trainer logs per training step (and MLflow mirrors)
     title: str  # what is plotted: the figure panel's and the `dvc plots` plot's title
-    questions_param: str  # the training run's param: questions behind one point
+    questions_param: str  # the training param (`<section>.<key>` of train.shared) behind one point
     unit: str = ""  # the y axis label: what one value is
 
 
@@ -109,3 +113,68 @@ def write_curve_files(curves: Mapping[str, Curve], metrics: Sequence[CurveMetric
             else:
                 (tmp / f"{metric.key}.csv").write_text(f"step,system,questions,{metric.key}\n")
     return written
+
+
+# --------------------------------------------------------------------------- a training stage's curves file
+
+CURVES_DIR = Path("data") / "curves"
+STAGE_COLUMNS = ("step", "metric", "value", "questions")
+
+
+def stage_curves_path(root: Path, system: str) -> Path:
+    """data/curves/<system>.csv: the curves of `train@<system>`, a DVC output of that stage."""
+    return Path(root) / CURVES_DIR / f"{system}.csv"
+
+
+def write_stage_curves(path: Path, history: Sequence[Mapping[str, float]], questions: Mapping[str, int | None],
+                       metrics: Sequence[CurveMetric] = CURVE_METRICS) -> int:
+    """The points of `history` ({"step": s, **metrics}, as the trainer logged them: a resumed
+    run's checkpoint history, then its own) for each of `metrics`, long format, one row per
+    (step, metric) in step then `metrics` order, the last value of a step that was logged twice;
+    `questions`: questions behind one point, by metric key. Written atomically; returns the rows."""
+    latest: dict[tuple[int, str], float] = {}
+    keys = {m.key for m in metrics}
+    for point in history:
+        step = int(point["step"])
+        for key, value in point.items():
+            if key in keys:
+                latest[(step, key)] = float(value)
+    order = {m.key: i for i, m in enumerate(metrics)}
+    rows = sorted(latest, key=lambda sk: (sk[0], order[sk[1]]))
+    frame = pd.DataFrame({
+        "step": [s for s, _ in rows], "metric": [k for _, k in rows],
+        "value": [latest[r] for r in rows],
+        "questions": pd.array([questions.get(k) for _, k in rows], dtype="Int64"),
+    }, columns=list(STAGE_COLUMNS))
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.17g")
+    return len(frame)
+
+
+def read_stage_curves(path: Path, system: str, run_id: str = "",
+                      metrics: Sequence[CurveMetric] = CURVE_METRICS) -> Curve:
+    """A `write_stage_curves` file as a Curve (one column per metric of `metrics` it holds);
+    InputError naming the file and what is wrong otherwise."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot read the training curves ({err}); the `train@{system}` stage writes "
+                         "them, re-run it") from None
+    missing = [c for c in STAGE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: columns {missing} missing; expected {list(STAGE_COLUMNS)} "
+                         f"(the `train@{system}` stage's curves)")
+    known = {m.key for m in metrics}
+    frame = frame[frame["metric"].isin(known)]
+    if frame["step"].isna().any() or frame["value"].isna().any():
+        line = int(frame.index[frame["step"].isna() | frame["value"].isna()][0]) + 2
+        raise InputError(f"{path}, line {line}: step and value must be numbers")
+    wide = (frame.pivot_table(index="step", columns="metric", values="value", aggfunc="last")
+            .sort_index().rename_axis(None, axis=1).reset_index())
+    wide["step"] = wide["step"].astype(int)
+    wide = wide[["step", *[m.key for m in metrics if m.key in wide.columns]]]
+    questions = {}
+    for key, group in frame.groupby("metric"):
+        values = group["questions"].dropna().unique()
+        questions[key] = int(values[0]) if len(values) else None
+    return Curve(system, run_id, wide, questions)

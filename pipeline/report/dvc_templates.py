@@ -5,7 +5,7 @@ keeps its colour from plot to plot whichever systems a file holds.
 
 `python -m pipeline dvc-yaml` writes them with dvc.yaml; `--check` (run by `make lint`) fails
 when a committed template differs from what the registry gives. The plots' titles and axis
-labels come from dvc.yaml's `plots:` section (pipeline.stages.dag.PLOTS), which DVC puts in
+labels come from dvc.yaml's `plots:` section (pipeline.dag.PLOTS), which DVC puts in
 the templates' `<DVC_METRIC_*>` anchors.
 """
 

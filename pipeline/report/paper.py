@@ -9,23 +9,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.mlflow_ui import experiment_link, run_link
 from pipeline.report import published as pub
 from pipeline.report import tables as t
-from pipeline.report.mlflow_runs import RunInfo
 from pipeline.report.results import Results
 from pipeline.systems import BY_NAME
+from pipeline.tracking.links import experiment_link, run_link
+from pipeline.tracking.stage_record import StageRecord
 
 
 @dataclass
 class Provenance:
     profile: str
-    git_commit: str  # `<sha>` or `<sha>-dirty` (pipeline.tracking.git_commit)
+    git_commit: str  # `<sha>` or `<sha>-dirty` (pipeline.provenance.git_commit)
     data_source: str
     split_sizes: dict[str, int]
     model: dict[str, Any]
     protocol: dict[str, Any]  # runs, bootstrap draws, seed, confidence
-    runs: list[RunInfo] = field(default_factory=list)  # the runs the report read (training curves)
+    records: dict[str, StageRecord] = field(default_factory=dict)  # stage -> the run that made its outputs
     experiment: str = ""  # the MLflow experiment of the profile
     stages: list[str] = field(default_factory=list)  # every stage of the DAG: one MLflow run each
     figures: list[str] = field(default_factory=list)  # paths relative to the report folder
@@ -75,30 +75,38 @@ def _section(title: str, body: str) -> str:
 
 
 def _runs_section(prov: Provenance) -> str:
-    """Every stage's MLflow run, linked by the experiment's and the run's names (never by an id,
-    which only one store knows): `make mlflow-ui` resolves each link to the newest run of the
-    stage (pipeline.mlflow_app)."""
+    """Every stage's MLflow run, linked by the id its stage recorded beside its outputs
+    (data/runs/, pipeline.tracking.stage_record): each link opens the run that made the outputs
+    this report read, whatever ran later in the same store."""
     if not prov.stages:
         return "No stages given; no MLflow links."
-    curves = {r.name for r in prov.runs if r.kind == "training"}
     rows = []
     for stage in prov.stages:
         kind, _, name = stage.partition("@")
         label = BY_NAME[name].label if name in BY_NAME else ""
         if kind == "train":
-            holds = f"{label}: the model" + (", and the training curves drawn above" if stage in curves else "")
+            holds = f"{label}: the model" + (", and the training curves drawn above" if name in prov.curves else "")
         elif kind == "evaluate":
             holds = f"{label}: its evaluation's metrics and records"
         else:
             holds = {"report": "this report, its figures and files", "base_model": "the base model",
                      "validate_splits": "the Data Docs of the splits", "index": "the retrieval index's figures",
                      "validate_masks": "the Data Docs of the token masks"}.get(stage, "its params and figures")
-        rows.append(f"| [`{stage}`]({run_link(prov.experiment, stage)}) | {holds} |")
+        record = prov.records.get(stage)
+        if stage == "report":
+            cell = f"`{stage}`"
+            holds += " (the run that builds this report: its id is in `data/runs/report.json` once it ends)"
+        elif record is None:
+            cell = f"`{stage}`"
+            holds += "; no record of its run in `data/runs/` (the stage has not run in this checkout)"
+        else:
+            cell = f"[`{stage}`]({run_link(record.run_id)})"
+        rows.append(f"| {cell} | {holds} |")
     intro = (f"One run per stage in the MLflow experiment `{prov.experiment}` "
-             f"([all its runs]({experiment_link(prov.experiment)})), named after the stage. The links name the "
-             "experiment and the stage, not a run id, so they hold in any checkout: the server of `make mlflow-ui` "
-             "opens the newest run of that stage, and `make repro` makes sure every stage has one, also a stage "
-             "DVC did not run (its run then says so).")
+             f"([all its runs]({experiment_link(prov.experiment)})). Each stage records the id of the run that "
+             "made its outputs beside them (`data/runs/<stage>.json`, a DVC output), and each link names that id: "
+             "it opens the run that made the number, in the store of the machine that made it (`make mlflow-ui`), "
+             "whatever ran there later. Nothing in this report was read from MLflow.")
     table = "\n".join(["| stage (MLflow run) | what the run holds |", "|:---|:---|", *rows])  # text: left-aligned
     return intro + "\n\n" + table
 
@@ -109,7 +117,7 @@ def _figures(prov: Provenance) -> str:
         body += "\n\nCurves for `dvc plots show` (one file per metric, one line per system): " + ", ".join(
             f"[`curves/{f}`](curves/{f})" for f in prov.curve_files)
     else:
-        body += "\n\nNo training run with a curve metric was found in MLflow; no training curves."
+        body += "\n\nNo training stage's curves (`data/curves/<system>.csv`) were found; no training curves."
     return body
 
 

@@ -16,10 +16,10 @@ from pipeline.config import Params, workflow_config
 from pipeline.data.dev_sample import dev_sample
 from pipeline.io import write_json
 from pipeline.paths import model_dir
-from pipeline.stages.inputs import open_policy, open_retriever, read_corpus, read_split
-from pipeline.stages.run_logging import log_weights
+from pipeline.stage_io.inputs import open_policy, open_retriever, read_corpus, read_split
+from pipeline.stage_io.run_logging import log_weights
 from pipeline.systems import BASE_WEIGHTS
-from pipeline.tracking import CurveLogger, stage_run
+from pipeline.tracking.runs import CurveLogger, stage_run
 
 
 def behaviour_path(root: Path) -> Path:
@@ -30,7 +30,7 @@ def behaviour_path(root: Path) -> Path:
 def run_base_model(params: Params, root: Path) -> dict:
     bm = params.base_model
     out = model_dir(root, BASE_WEIGHTS)
-    with stage_run("base_model", params.profile, bm.model_dump()) as mlf:
+    with stage_run("base_model", params.profile, bm.model_dump(), root=root) as mlf:
         if bm.kind == "local":
             from pipeline.policy.model_ref import write_model_ref
 

@@ -9,8 +9,8 @@ from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.io import write_parquet
 from pipeline.paths import Paths
-from pipeline.stages.sources import world
-from pipeline.tracking import stage_run
+from pipeline.stage_io.sources import world
+from pipeline.tracking.runs import stage_run
 
 
 def run_corpus(params: Params, root: Path) -> dict:

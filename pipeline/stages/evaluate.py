@@ -10,10 +10,10 @@ from typing import Any
 from pipeline.config import Params, workflow_config
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir
-from pipeline.run_artifacts import KIND_TAG, link_weights
-from pipeline.stages.inputs import engine_key, open_eval_backend, open_retriever, read_split
+from pipeline.stage_io.inputs import engine_key, open_eval_backend, open_retriever, read_split
 from pipeline.systems import system
-from pipeline.tracking import flatten, stage_run
+from pipeline.tracking.artifacts import KIND_TAG, link_weights
+from pipeline.tracking.runs import flatten, stage_run
 
 EVAL_PROTOCOL = ("cascade_steps", "hierarchy_steps", "max_waves", "max_parallel", "top_k", "eval_candidates")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pipeline.config import Params
 from pipeline.paths import Paths
-from pipeline.stages.inputs import read_corpus
-from pipeline.tracking import stage_run
+from pipeline.stage_io.inputs import read_corpus
+from pipeline.tracking.runs import stage_run
 
 
 def run_index(params: Params, root: Path) -> dict:

@@ -1,6 +1,7 @@
 """Stage `report`: tables, figures, paper.md/html, main_table.tex, this run's draw record (draw.json)
-and reports/metrics.json from the evaluation records, the training curves in MLflow and the kept
-draws of reports/<profile>/draws/ (pipeline.report)."""
+and reports/metrics.json from DVC-tracked files only: the evaluation records, the training stages'
+curves (data/curves/), every stage's record of its MLflow run (data/runs/) and the kept draws of
+reports/<profile>/draws/ (pipeline.report). It reads nothing from MLflow; it logs into its own run."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Params
-from pipeline.run_artifacts import KIND_TAG
-from pipeline.tracking import stage_run
+from pipeline.tracking.artifacts import KIND_TAG
+from pipeline.tracking.runs import stage_run
 
 REPORT_FILES = ("paper.html", "paper.md", "main_table.tex", "draw.json")
 REPORT_FOLDERS = ("figures", "curves", "plots", "metrics")
@@ -36,8 +37,8 @@ def log_report_metrics(mlf: Any, metrics: dict) -> None:
 
 def run_report(params: Params, root: Path) -> dict:
     """Tables, figures, paper.md/html, main_table.tex, draw.json and reports/metrics.json."""
+    from pipeline.dag import stage_names
     from pipeline.report.build import build_report
-    from pipeline.stages.dag import stage_names
 
     with stage_run("report", params.profile, {"target_system": params.common.eval.target_system}, root=root) as mlf:
         out = build_report(params, root, stage_names())
@@ -45,5 +46,5 @@ def run_report(params: Params, root: Path) -> dict:
         mlf.log_metric("seconds", out.seconds)
         log_report(mlf, out.folder, out.metrics_path)
     return {"systems": len(out.results.present), "missing": out.results.missing, "curves": out.curves,
-            "runs_used": out.runs_used, "seconds": round(out.seconds, 2)}
+            "stage_records": out.records, "seconds": round(out.seconds, 2)}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from pipeline.config import Params
 from pipeline.io import write_json, write_parquet
 from pipeline.paths import Paths
-from pipeline.stages.sources import load_question_pool
-from pipeline.tracking import stage_run
+from pipeline.stage_io.sources import load_question_pool
+from pipeline.tracking.runs import stage_run
 
 
 def run_splits(params: Params, root: Path) -> dict:

@@ -21,9 +21,9 @@ from pipeline.rl.checkpoint import inputs_fingerprint
 from pipeline.rl.diagnostics import Contexts
 from pipeline.rl.train_params import DevSettings, dev_settings
 from pipeline.rl.trainer import SharedStart, TrainInputs, shared_start
-from pipeline.stages.inputs import engine_key, open_policy, open_retriever, read_split
+from pipeline.stage_io.inputs import engine_key, open_policy, open_retriever, read_split
 from pipeline.systems import BASE_WEIGHTS, TEACHER
-from pipeline.tracking import stage_run
+from pipeline.tracking.runs import stage_run
 
 CONTEXTS = "contexts.parquet"
 METRICS = "metrics.json"

@@ -4,7 +4,8 @@ MultiAgent-OPD, the three ablations and the Prompted Critic) with pipeline.rl.tr
 It reads data/splits/{train,dev}.parquet, data/index, data/models/base (the student's start,
 always), the Teacher and judge the system's training names, and for a Stage-II system the shared
 start of data/stage2_start/ (its step-0 dev metrics and dev KL contexts), and writes data/models/<system>
-(atomically), with audit tables in data/audit/<system>/ and resumable checkpoints in
+(atomically) and its training curves to data/curves/<system>.csv (the report's only source of
+curves), with audit tables in data/audit/<system>/ and resumable checkpoints in
 data/checkpoints/<system>/. Its numbers are pipeline.rl.train_params.train_config's.
 """
 
@@ -17,14 +18,15 @@ from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.paths import audit_dir, checkpoint_dir, model_dir
 from pipeline.policy.hf_backend import save_hf_folder
+from pipeline.report.curves import CURVE_METRICS, stage_curves_path, write_stage_curves
 from pipeline.rl.checkpoint import find_latest, inputs_fingerprint
 from pipeline.rl.train_params import train_config
 from pipeline.rl.trainer import TrainInputs, checkpoint_fingerprint, train
-from pipeline.stages.inputs import engine_key, open_policy, open_retriever, read_split, require_model
-from pipeline.stages.run_logging import log_training
+from pipeline.stage_io.inputs import engine_key, open_policy, open_retriever, read_split, require_model
+from pipeline.stage_io.run_logging import log_training
 from pipeline.stages.stage2_start import read_stage2_start
 from pipeline.systems import BASE_WEIGHTS, TEACHER, trained_system
-from pipeline.tracking import CurveLogger, stage_run
+from pipeline.tracking.runs import CurveLogger, flatten, stage_run
 
 RUN_ID = "mlflow_run_id"  # the checkpoint's meta key of the MLflow run it was written under
 
@@ -35,7 +37,7 @@ def run_train(params: Params, root: Path, name: str | None) -> dict:
     The MLflow run opens before the models load. A stage that resumes from a checkpoint
     continues the run that checkpoint was written under (a new one if the store lost it), and
     the checkpoint's metric history fills in what the run lacks; per-step metrics reach MLflow
-    after each checkpoint, so no step is ever logged twice (pipeline.tracking.CurveLogger)."""
+    after each checkpoint, so no step is ever logged twice (pipeline.tracking.runs.CurveLogger)."""
     if name is None:
         raise InputError("train: expected a system name argument (python -m pipeline run train <system>)")
     start = time.perf_counter()
@@ -83,8 +85,15 @@ def run_train(params: Params, root: Path, name: str | None) -> dict:
         curve.flush()
         out = model_dir(root, target.weights)
         save_hf_folder(inputs.policy.model, inputs.policy.tokenizer, out)
+        settings = flatten(logged)
+        write_stage_curves(stage_curves_path(root, target.name), result.history,
+                           {m.key: _int_or_none(settings.get(m.questions_param)) for m in CURVE_METRICS})
         seconds = time.perf_counter() - start
         mlf.log_metrics({"train_seconds": seconds, "resumed_from": result.resumed_from})
         log_training(mlf, params, root, out, target.name, target.train_stage, inputs.audit_dir)
     return {"system": target.name, "steps": result.steps, "resumed_from": result.resumed_from,
             "seconds": round(seconds, 1), "model": str(out)}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -13,10 +13,10 @@ from pipeline.domain import WORKFLOWS
 from pipeline.errors import ValidationFailed
 from pipeline.io import write_parquet
 from pipeline.paths import Paths, audit_dir, model_dir
-from pipeline.run_artifacts import log_data_docs
-from pipeline.stages.inputs import open_policy, open_retriever, read_split
+from pipeline.stage_io.inputs import open_policy, open_retriever, read_split
 from pipeline.systems import BASE_WEIGHTS
-from pipeline.tracking import stage_run
+from pipeline.tracking.artifacts import log_data_docs
+from pipeline.tracking.runs import stage_run
 
 
 def audit_rollout(backend, retriever, questions: pd.DataFrame, cfg, trajectories: int, seed: int):

@@ -9,9 +9,9 @@ from pipeline.config import Params
 from pipeline.errors import ValidationFailed
 from pipeline.io import write_json
 from pipeline.paths import Paths
-from pipeline.run_artifacts import log_data_docs
-from pipeline.stages.inputs import read_split
-from pipeline.tracking import stage_run
+from pipeline.stage_io.inputs import read_split
+from pipeline.tracking.artifacts import log_data_docs
+from pipeline.tracking.runs import stage_run
 
 
 def log_validation(mlf, summary: Path, docs_dir: Path) -> None:

@@ -21,10 +21,10 @@ from functools import cache
 from pathlib import Path
 
 from pipeline.report.curves import CURVE_METRICS
-from pipeline.stages import STAGE_MODULES
+from pipeline.stage_io.registry import STAGE_MODULES
 from pipeline.systems import BASE_WEIGHTS, SYSTEMS, TEACHER, TRAINED
 
-PACKAGE = Path(__file__).resolve().parents[1]  # pipeline/
+PACKAGE = Path(__file__).resolve().parent  # pipeline/
 ROOT = PACKAGE.parent
 ENTRY = ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/stages/__init__.py")
 DATA_SUFFIXES = (".yaml", ".yml", ".json")
@@ -194,7 +194,7 @@ STAGES: tuple[Stage, ...] = (
           params=("profile", *PROTOCOL_WORKFLOW, "common.protocol.train_candidates",
                   "common.protocol.eval_candidates", "common.rewards", "common.optim", f"{P}.train.shared",
                   f"{P}.eval.rollout", f"{P}.eval.seed", f"{P}.engine", f"{P}.train.systems.${{key}}"),
-          outs=("data/models/${key}",),
+          outs=("data/models/${key}", "data/curves/${key}.csv"),
           foreach={s.name: ({"teacher": TEACHER, "start": "data/stage2_start"} if s.workflow == "hierarchy" else
                             {"teacher": BASE_WEIGHTS, "start": "data/audit/base"}) for s in TRAINED},
           arg="${key}"),
@@ -205,10 +205,17 @@ STAGES: tuple[Stage, ...] = (
                   f"{P}.engine"),
           outs=("data/eval/${key}/records.parquet",),
           foreach={s.name: {"weights": s.weights} for s in SYSTEMS}, arg="${key}"),
-    Stage("report", "Tables, figures and metrics beside the published numbers; the records only, not the shards. "
+    Stage("report", "Tables, figures and metrics beside the published numbers from DVC-tracked files only: the "
+          "evaluation records (not the shards), the training stages' curves and every stage's record of the MLflow "
+          "run that made its outputs (data/runs/, what the report's links open); nothing is read from MLflow. "
           "The kept draws (reports/<profile>/draws/, scripts/draw.py) are a dep: keeping one re-makes the report; "
           "draw.json is this run's record, which a kept draw copies.",
           data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base",
+                *(f"data/curves/{s.name}.csv" for s in TRAINED), "data/runs/splits.json", "data/runs/corpus.json",
+                "data/runs/validate_splits.json", "data/runs/index.json", "data/runs/base_model.json",
+                "data/runs/validate_masks.json", "data/runs/stage2_start.json",
+                *(f"data/runs/train/{s.name}.json" for s in TRAINED),
+                *(f"data/runs/evaluate/{s.name}.json" for s in SYSTEMS),
                 f"reports/{P}/draws"),
           params=("profile", f"{P}.data.source", "common.eval", f"{P}.train.shared.opd_beta",
                   f"{P}.train.shared.tie_on", *(f"{P}.train.systems.{s.name}.oversample" for s in TRAINED),
@@ -237,6 +244,11 @@ PLOTS = [
 ]
 
 
+def record_out(stage: Stage) -> str:
+    """The stage's record of the MLflow run that made its outputs (pipeline.tracking.stage_record)."""
+    return f"data/runs/{stage.name}/${{key}}.json" if stage.foreach else f"data/runs/{stage.name}.json"
+
+
 def stage_names() -> list[str]:
     """Every stage as DVC runs it, foreach groups expanded (`train@c_mas_rl`), in DAG order."""
     return [name for stage in STAGES
@@ -246,8 +258,7 @@ def stage_names() -> list[str]:
 def _body(stage: Stage) -> dict:
     cmd = f"python -m pipeline run {stage.name}" + (f" {stage.arg}" if stage.arg else "")
     body: dict = {"cmd": cmd, "deps": [*stage.data, *code_deps(stage.name)], "params": list(stage.params)}
-    if stage.outs:
-        body["outs"] = list(stage.outs)
+    body["outs"] = [*stage.outs, record_out(stage)]
     if stage.metrics:
         body["metrics"] = list(stage.metrics)
     return body
@@ -264,7 +275,7 @@ def dvc_yaml() -> dict:
 
 HEADER = """\
 # The whole paper as a DAG: `dvc repro` rebuilds it. Written by `python -m pipeline dvc-yaml` from
-# pipeline/stages/dag.py (edit that, not this file): each stage's code deps are its import closure
+# pipeline/dag.py (edit that, not this file): each stage's code deps are its import closure
 # inside pipeline/, its params exactly the keys it reads; tests/test_dvc_dag.py checks both.
 """
 

@@ -11,46 +11,23 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.draw_identity import draw_tags
+from pipeline.code_version import code_version
+from pipeline.draws.identity import draw_tags
+from pipeline.provenance import git_commit
+from pipeline.tracking.stage_record import StageRecord, write_record
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
 
 
 def tracking_uri(root: Path | None = None) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root or REPO_ROOT) / 'mlflow.db'}"
-
-
-# Tracked files that DVC stages rewrite: the lock and the `cache: false` outputs under
-# reports/. They change on every `dvc repro`, so they do not make the code dirty.
-GENERATED_PATHS = ("dvc.lock", "reports")
-
-
-def git_commit(root: Path | None = None) -> str:
-    """The checkout's commit, `-dirty` when code differs from it (tracked changes or new
-    files, outside GENERATED_PATHS); MAOPD_GIT_COMMIT wins, for stages that run in a copy
-    of the checkout (Prefect workspaces) that is not a git repo."""
-    if os.environ.get("MAOPD_GIT_COMMIT"):
-        return os.environ["MAOPD_GIT_COMMIT"]
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10
-        )
-        sha = out.stdout.strip() if out.returncode == 0 else ""  # no commit yet: git prints "HEAD"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in GENERATED_PATHS)],
-            cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=10,
-        ).stdout.strip()
-        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -204,7 +181,7 @@ def _log_params(mlf: Any, params: Mapping[str, Any], logged: Mapping[str, str]) 
 @contextlib.contextmanager
 def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
               tags: Mapping[str, str] | None = None, root: Path | None = None,
-              resume_run_id: str | None = None) -> Iterator[Any]:
+              resume_run_id: str | None = None, record: bool = True) -> Iterator[Any]:
     """The MLflow run of one stage, open for the whole `with` block; yields the mlflow module,
     so callers write `mlf.log_metric(...)` inside the block.
 
@@ -213,6 +190,10 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
     its metrics kept, when the store still holds it. The run ends FINISHED, FAILED on an
     exception, or KILLED on SIGTERM or Ctrl-C; runs of this host whose process died without
     ending them are marked KILLED when any stage starts.
+
+    With `root` given and `record` true, a run that ends FINISHED writes the stage's record,
+    data/runs/<stage>.json under `root` (pipeline.tracking.stage_record): a DVC output of the
+    stage naming the run that made its outputs.
     """
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -237,8 +218,8 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
             attempt, logged = 1, {}
         try:
             pid = os.getpid()
-            mlflow.set_tags({"stage": stage, "profile": profile, "git_commit": git_commit(root),
-                             **draw_tags(root or REPO_ROOT, profile), **(tags or {}),
+            identity = {"git_commit": git_commit(root or REPO_ROOT), **draw_tags(root or REPO_ROOT, profile)}
+            mlflow.set_tags({"stage": stage, "profile": profile, **identity, **(tags or {}),
                              ATTEMPT_TAG: str(attempt), HOST_TAG: socket.gethostname(), PID_TAG: str(pid),
                              PID_STARTED_TAG: process_started(pid)})
             if params:
@@ -255,7 +236,22 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
             mlflow.end_run("FAILED")
             raise
         else:
+            run = mlflow.active_run()
             mlflow.end_run("FINISHED")
+            if root is not None and record:
+                write_record(root, StageRecord(
+                    stage=stage, run_id=run.info.run_id, experiment_id=run.info.experiment_id,
+                    experiment=experiment_name(profile), profile=profile, seed_set=identity["draw.seed_set"],
+                    cpu=identity["draw.cpu"], precision=identity["draw.precision"], commit=identity["git_commit"],
+                    code=code_version(), threads=str(_torch_threads())))
+
+
+def _torch_threads() -> int | str:
+    """torch's intra-op threads when the stage loaded torch; '' otherwise."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else ""
 
 
 class CurveLogger:

@@ -19,14 +19,16 @@ stage), each stage of dvc.lock is looked up in the store by the state dvc.lock r
   weights (tag `curves_from`), when the store holds one, so the newest run of every stage
   shows its curves in MLflow's UI.
 
-So every stage has a run whose `dvc_state` is the one dvc.lock holds, and a link by run name
-(pipeline.mlflow_ui.run_link) resolves in any store after `make repro`.
+So every stage has a run whose `dvc_state` is the one dvc.lock holds. Links do not look runs up
+here: they name the run id in the stage's record (data/runs/<stage>.json,
+pipeline.tracking.links.run_link), the run that made its outputs; a recorded run writes no record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +39,16 @@ import yaml
 from pipeline.config import Params
 from pipeline.errors import InputError
 from pipeline.paths import Paths, eval_dir, model_dir
-from pipeline.run_artifacts import KIND_TAG, WEIGHTS_SHA_TAG
+from pipeline.report.curves import read_stage_curves, stage_curves_path
 from pipeline.systems import BASE_WEIGHTS, BY_NAME
-from pipeline.tracking import experiment_name, flatten, stage_run, tracking_uri
+from pipeline.tracking.artifacts import KIND_TAG, WEIGHTS_SHA_TAG
+from pipeline.tracking.runs import experiment_name, flatten, stage_run, tracking_uri
+from pipeline.tracking.stage_record import read_record
 
 STATE_TAG = "dvc_state"  # sha256 of the stage's dvc.lock entry: the state the run stands for
 OUTCOME_TAG = "dvc_outcome"  # ran | not run: <why>
 NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI
-CURVES_FROM_TAG = "curves_from"  # on a recorded training run: the run its metrics were copied from
+MADE_BY_TAG = "made_by_run"  # on a recorded run: the run that made its outputs (its stage record), when known
 SEARCH_PAGE_SIZE = 50  # runs per MLflow search page; the searches below read every page
 OUTCOMES = {
     None: "not run: up to date, or restored from DVC's run cache (its outputs match dvc.lock)",
@@ -63,7 +67,7 @@ class Recorded:
 def lock_entries(root: Path) -> dict[str, dict]:
     """dvc.lock's entries of the stages dvc.yaml defines. DVC keeps the entry of a stage that
     was renamed or removed; such an entry has no stage, and gets no run."""
-    from pipeline.stages.dag import stage_names
+    from pipeline.dag import stage_names
 
     path = root / "dvc.lock"
     if not path.is_file():
@@ -101,16 +105,21 @@ def _search_pages(client: Any, experiment_id: str, query: str, order_by: list[st
             return
 
 
-def _weights_logged(client: Any, experiment_id: str, sha: str) -> bool:
+def _weights_logged(client: Any, experiment_id: str, sha: str, identity: dict[str, str]) -> bool:
+    """Whether a run of this store logged these weights as a model under the same draw identity
+    (seed set, CPU kind, precision: pipeline.draws.identity.draw_tags), so that each draw's
+    registry versions stay its own."""
     runs = _search_pages(client, experiment_id, f"tags.{WEIGHTS_SHA_TAG} = '{sha}'")
-    return any(r.data.tags.get("model_logged", "").startswith("yes") for r in runs)
+    return any(r.data.tags.get("model_logged", "").startswith("yes")
+               and all(r.data.tags.get(k) == v for k, v in identity.items()) for r in runs)
 
 
 def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) -> str:
     """Log what the stage's outputs give without computing anything; returns a sentence for
     the note."""
     from pipeline.eval.run import model_fingerprint
-    from pipeline.run_artifacts import log_curves, log_model
+    from pipeline.stage_io.run_logging import DRAW_KEYS, version_tags
+    from pipeline.tracking.artifacts import log_model
 
     paths = Paths(root)
     kind, _, name = stage.partition("@")
@@ -120,7 +129,7 @@ def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) 
         log_validation(mlf, paths.validation / "splits.json", paths.reports(params.profile) / "data_docs" / "splits")
         return "Its outcome and Data Docs are logged here."
     if stage == "validate_masks":
-        from pipeline.run_artifacts import log_data_docs
+        from pipeline.tracking.artifacts import log_data_docs
 
         log_data_docs(mlf, paths.reports(params.profile) / "data_docs" / "masks")
         return "Its Data Docs are logged here."
@@ -144,50 +153,40 @@ def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) 
         sha = model_fingerprint(folder)
         mlf.set_tags({KIND_TAG: "base_model" if stage == "base_model" else "training", WEIGHTS_SHA_TAG: sha})
         experiment_id = mlf.active_run().info.experiment_id
-        if _weights_logged(client, experiment_id, sha):
-            mlf.set_tag("model_logged", "no: another run of this store logged these weights")
+        identity = version_tags(root, params.profile, stage)
+        if _weights_logged(client, experiment_id, sha, {k: identity[k] for k in DRAW_KEYS}):
+            mlf.set_tag("model_logged", "no: another run of this store logged these weights for this draw")
         else:
-            log_model(mlf, folder, "base_model" if stage == "base_model" else name,
-                      {"profile": params.profile, "stage": stage}, params.tracking.log_model_max_mb)
+            log_model(mlf, folder, "base_model" if stage == "base_model" else name, identity,
+                      params.tracking.log_model_max_mb)
         said = "Its weights' hash is tagged (and the model logged when the store had no copy)"
         if kind == "train":
-            source = _training_run(client, experiment_id, sha, name)
-            if source is None:
-                return f"{said}; no run of this store trained these weights, so it has no training curves."
-            copied = _copy_metrics(client, source, mlf.active_run().info.run_id)
-            mlf.set_tag(CURVES_FROM_TAG, source)
-            log_curves(mlf)
-            return f"{said}; its {copied} metrics and curves are copied from run {source}, which trained these weights."
+            made = read_record(root, stage)
+            if made is not None:
+                mlf.set_tag(MADE_BY_TAG, made.run_id)
+            curves = stage_curves_path(root, name)
+            if not curves.is_file():
+                return f"{said}; its stage wrote no curves file ({curves.relative_to(root)}), so it has no curves."
+            points = _log_curve_file(mlf, read_stage_curves(curves, name))
+            return (f"{said}; its {points} curve points are logged from {curves.relative_to(root)}, the stage's output"
+                    + (f", made by run {made.run_id}." if made is not None else "."))
         return f"{said}."
     return ""
 
 
-def _training_run(client: Any, experiment_id: str, sha: str, system: str) -> str | None:
-    """The newest finished run of `system` that trained weights with this hash (not one that
-    only recorded them)."""
-    runs = _search_pages(client, experiment_id, f"tags.{WEIGHTS_SHA_TAG} = '{sha}' and tags.system = '{system}' "
-                                                "and attributes.status = 'FINISHED'",
-                         order_by=["attributes.start_time DESC"])
-    trained = (r for r in runs if not r.data.tags.get(OUTCOME_TAG, "").startswith("not run"))
-    return next((r.info.run_id for r in trained), None)
+def _log_curve_file(mlf: Any, curve: Any) -> int:
+    """The points of a training stage's curves file (pipeline.report.curves.read_stage_curves) as
+    the active run's metric history; returns how many."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
 
-
-def _copy_metrics(client: Any, source: str, target: str) -> int:
-    """Every metric of run `source`, each step of its history, into run `target`, and those of
-    its params `target` lacks (the trained run names them as the stage logged them, the
-    recorded run by their params.yaml keys); returns the number of metrics."""
-    from mlflow.entities import Metric, Param
-
-    data = client.get_run(source).data
-    history = [Metric(m.key, m.value, m.timestamp, m.step) for key in data.metrics
-               for m in client.get_metric_history(source, key)]
-    for start in range(0, len(history), 1000):  # MLflow's limit per batch
-        client.log_batch(target, metrics=history[start:start + 1000])
-    present = client.get_run(target).data.params
-    params = [Param(k, v) for k, v in data.params.items() if k not in present]
-    for start in range(0, len(params), 100):  # MLflow's limit per batch
-        client.log_batch(target, params=params[start:start + 100])
-    return len(data.metrics)
+    now = int(time.time() * 1000)
+    points = [Metric(key, float(value), now, int(step)) for key in curve.frame.columns if key != "step"
+              for step, value in curve.frame[["step", key]].dropna().itertuples(index=False)]
+    client, run_id = MlflowClient(), mlf.active_run().info.run_id
+    for start in range(0, len(points), 1000):  # MLflow's limit per batch
+        client.log_batch(run_id, metrics=points[start:start + 1000])
+    return len(points)
 
 
 def _newest(client: Any, experiment_id: str, query: str) -> Any:
@@ -215,7 +214,7 @@ def record_runs(params: Params, root: Path, since: float | None = None, stages: 
     given as `NAME=OUTCOME` says it for itself."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline.tracking import artifact_root, ensure_experiment
+    from pipeline.tracking.runs import artifact_root, ensure_experiment
 
     entries = lock_entries(root)
     outcomes = _outcomes(entries if stages is None else stages, outcome)
@@ -248,7 +247,8 @@ def record_runs(params: Params, root: Path, since: float | None = None, stages: 
         system = BY_NAME.get(stage.partition("@")[2])
         why = OUTCOMES[outcomes[stage]]
         tags = {**(system.run_tags if system else {}), STATE_TAG: state, OUTCOME_TAG: why}
-        with stage_run(stage, params.profile, flatten(_params_of(entry)), tags=tags, root=root) as mlf:
+        with stage_run(stage, params.profile, flatten(_params_of(entry)), tags=tags, root=root,
+                       record=False) as mlf:
             try:
                 logged = _log_outputs(mlf, client, stage, params, root)
             except (InputError, OSError) as error:  # a Prefect run root holds only some outputs

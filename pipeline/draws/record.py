@@ -1,7 +1,7 @@
 """This run's draw record, reports/<profile>/draw.json, and the check of a kept one.
 
 A draw is one full run of the pipeline under a seed set (configs/seed_sets.yaml), a CPU kind
-and a precision path (pipeline.draw_identity). Its record holds what the report compares across
+and a precision path (pipeline.draws.identity). Its record holds what the report compares across
 draws: every evaluated system's macro avg@k, its forced-answer share, the paper's seven
 comparisons as paired-bootstrap gaps beside the published value, each Stage-II system's dev
 Searcher KL at its first and last point, and the splits' dedup counts. The draw command
@@ -11,6 +11,13 @@ seed set, precision path and `cpu_tag`), commit, date, stage_minutes and peak_rs
 the funnel (pipeline.eval.funnel), a record also holds each system's role-level rates and the
 paired gaps of the role-level comparisons (`funnel`); older records lack the field, and the
 report says "not measured" for them.
+
+A draw is known by what made it, not by its scores: a record holds the content hashes of the
+models and evaluation records its numbers came from (`hashes`), and its seed set, CPU kind and
+precision come from the records of the stages that made those files (data/runs/), not from the
+machine that builds the report. Two kept records with the same model hashes are one draw:
+`check_distinct` refuses them, and `scripts/draw.py keep` refuses to keep the second. Records
+kept before the hashes existed have none; they cannot be matched, and the report says so.
 """
 
 from __future__ import annotations
@@ -46,18 +53,22 @@ def _column(results: Results, table: str, column: str) -> dict[str, float | None
     return {system: _num(results.value(table, system, column)) for system in results.present}
 
 
-def draw_record(*, profile: str, tags: Mapping[str, str], test_questions: int, level: int, results: Results,
+def draw_record(*, profile: str, identity: Mapping[str, str], test_questions: int, level: int, results: Results,
                 gaps: Sequence[Gap], kl_ends: Mapping[str, tuple[tuple[int, float], tuple[int, float]]],
-                dedup: Mapping[str, int] | None, funnel: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The record of this run; `tags`: pipeline.draw_identity.draw_tags, `gaps`:
+                dedup: Mapping[str, int] | None, funnel: Mapping[str, Any] | None = None,
+                hashes: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """The record of this run; `identity`: seed_set, cpu and precision of the stages that made the
+    outputs (pipeline.tracking.stage_record.joint_identity), `gaps`:
     pipeline.report.comparisons.measure_gaps, `kl_ends`: comparisons.searcher_kl_ends, `funnel`:
-    pipeline.report.points.record_entry (None: no system's records have the funnel)."""
+    pipeline.report.points.record_entry (None: no system's records have the funnel), `hashes`:
+    {"models": {weights: sha256}, "records": {system: sha256}} of the files the numbers came from."""
     return {
         "schema": SCHEMA,
         "profile": profile,
-        "seed_set": tags["draw.seed_set"],
-        "cpu": tags["draw.cpu"],
-        "precision": tags["draw.precision"],
+        "seed_set": identity["seed_set"],
+        "cpu": identity["cpu"],
+        "precision": identity["precision"],
+        "hashes": {kind: dict(sorted(values.items())) for kind, values in hashes.items()} if hashes else None,
         "test_questions": int(test_questions),
         "runs": int(results.runs),
         "level": int(level),
@@ -132,6 +143,7 @@ class _Checker:
 REQUIRED = (("seed_set", "str"), ("cpu", "str"), ("precision", "str"), ("test_questions", "int"), ("runs", "int"),
             ("level", "num"), ("systems", "obj"), ("forced_answer_share", "obj"), ("comparisons", "obj"),
             ("dev_searcher_kl", "obj"), ("dedup", "obj?"))
+HASH_KINDS = ("models", "records")  # what `hashes` names: the weights and the evaluation records
 # what the draw command adds when it keeps a draw
 ADDED = (("name", "str"), ("commit", "str"), ("date", "str"), ("stage_minutes", "total?"), ("peak_rss_mb", "total?"))
 
@@ -171,7 +183,68 @@ def check_record(data: Any, path: Path, profile: str) -> dict[str, Any]:
     for reason, value in (data["dedup"] or {}).items():
         c.need(value, f"dedup.{reason}", "int")
     _check_funnel(c, data.get("funnel"))
+    _check_hashes(c, data.get("hashes"))
     return data
+
+
+def _check_hashes(c: _Checker, hashes: Any) -> None:
+    """The optional `hashes` field (draws kept before it existed have none)."""
+    if hashes is None:
+        return
+    c.need(hashes, "hashes", "obj")
+    for kind in HASH_KINDS:
+        for name, value in c.get(hashes, kind, "obj", "hashes.").items():
+            c.need(value, f"hashes.{kind}.{name}", "str")
+
+
+# --------------------------------------------------------------------------- one set of models, one draw
+
+
+def model_hashes(record: Mapping[str, Any]) -> dict[str, str] | None:
+    """The content hashes of the models a record came from; None for a record kept without them."""
+    return ((record.get("hashes") or {}).get("models") or None) if isinstance(record, Mapping) else None
+
+
+def same_models(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two records came from the same models (both have hashes, and they are equal)."""
+    ha, hb = model_hashes(a), model_hashes(b)
+    return ha is not None and ha == hb
+
+
+def load_kept(folder: Path, profile: str) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, record) of every kept draw in `folder` (reports/<profile>/draws/*.json), by file name,
+    each checked; none without the folder. InputError when two hold the same models
+    (`check_distinct`)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    kept = [(path, read_draw_report(path, profile)) for path in sorted(folder.glob("*.json"))]
+    check_distinct(kept)
+    return kept
+
+
+def kept_name(path: Path, record: Mapping[str, Any]) -> str:
+    """A kept draw's name: its `name` field, else its file name."""
+    return str(record.get("name") or Path(path).stem)
+
+
+def duplicate_of(record: Mapping[str, Any], kept: Sequence[tuple[Path, Mapping[str, Any]]],
+                 ignore: Path | None = None) -> Path | None:
+    """The file of a kept draw (other than `ignore`) that came from the same models as `record`."""
+    return next((path for path, other in kept
+                 if (ignore is None or Path(path).resolve() != Path(ignore).resolve()) and same_models(record, other)),
+                None)
+
+
+def check_distinct(kept: Sequence[tuple[Path, Mapping[str, Any]]]) -> None:
+    """InputError naming both files when two kept records came from the same models: one set of
+    models is one draw, whatever CPU re-made it, and counted twice it would weigh twice."""
+    for i, (path, record) in enumerate(kept):
+        for earlier, other in kept[:i]:
+            if same_models(record, other):
+                raise InputError(f"{path}: the same models (field 'hashes.models') as the kept draw "
+                                 f"{kept_name(earlier, other)} ({earlier}): one set of models is one draw; remove "
+                                 "one of the two files")
 
 
 def _check_funnel(c: _Checker, funnel: Any) -> None:
@@ -195,7 +268,7 @@ def _check_funnel(c: _Checker, funnel: Any) -> None:
 
 
 def cpu_tag(cpu: str) -> str:
-    """A short, filename-safe tag of a CPU kind (pipeline.draw_identity.cpu_kind):
+    """A short, filename-safe tag of a CPU kind (pipeline.draws.identity.cpu_kind):
     'Intel(R) Xeon(R) Platinum 8581C CPU @ 2.10GHz, family 6 model 207 (AMX, AVX512-BF16)' -> 'xeon-f6m207'."""
     name = cpu.split(",")[0].lower()
     words = [w for w in re.findall(r"[a-z][a-z0-9]*", name)

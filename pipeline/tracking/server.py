@@ -1,13 +1,14 @@
-"""The MLflow server of `make mlflow-ui`, with routes that resolve the project's stable links
-(pipeline.mlflow_ui) when they are opened, so a link never carries a run or experiment id:
+"""The MLflow server of `make mlflow-ui`, with the routes of the project's links
+(pipeline.tracking.links). A link names a run by its id, the one the stage that made an output
+recorded (data/runs/<stage>.json, pipeline.tracking.stage_record), so it opens the run that made
+that output in any store that holds it, never "the newest run of this name":
 
 - `/maopd/experiments/<experiment>[?search=...]`: the experiment's runs table (model-training
   view), the run search filled in when given;
-- `/maopd/runs/<experiment>/<run name>`: the newest finished run of that name (else the newest
-  of any status), i.e. the stage's latest run;
-- `/maopd/reports/<profile>/<path>`: a file of `reports/<profile>/`, served from the artifacts of
-  the newest run of the stage that wrote it (REPORT_SOURCES), so the report and the Data Docs
-  open from the http UIs (MLflow, Prefect), their relative links included.
+- `/maopd/run/<run id>`: the run's page in MLflow's UI (the server looks up its experiment);
+- `/maopd/artifacts/<run id>/<path>`: the file `path` among the run's artifacts, served as a page
+  (with its mimetype, never cached), so the report and the Data Docs open from the http UIs
+  (MLflow, Prefect), their relative links included.
 
 Anything not in the store answers 404 with a page that says what is missing. The routes are
 added to MLflow's own Flask app; `mlflow server --app-name maopd` loads them (the entry point
@@ -20,20 +21,11 @@ import html
 import mimetypes
 import os
 import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from pipeline.mlflow_ui import LINK_PREFIX, VIEW
-from pipeline.run_artifacts import DATA_DOCS_ARTIFACT
-from pipeline.tracking import experiment_name
+from pipeline.tracking.links import LINK_PREFIX, VIEW
 
-# Where each part of reports/<profile>/ comes from: (folder prefix, stage, artifact prefix),
-# the first match wins.
-REPORT_SOURCES = (
-    ("data_docs/splits/", "validate_splits", f"{DATA_DOCS_ARTIFACT}/"),
-    ("data_docs/masks/", "validate_masks", f"{DATA_DOCS_ARTIFACT}/"),
-    ("", "report", ""),
-)
 BACKEND_ENV = "_MLFLOW_SERVER_FILE_STORE"  # where `mlflow server` passes its backend store URI
 
 
@@ -54,32 +46,23 @@ def _experiment(client: Any, name: str) -> Any:
     return experiment
 
 
-def _quoted(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def find_run(client: Any, run_id: str) -> Any:
+    """The run `run_id` of the store; NotFound when the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException:  # no such run, or not a run id at all
+        raise NotFound(f"no run {run_id!r} in this store: the link names the run that made an output in "
+                       "another MLflow store, or a run that was deleted from this one") from None
 
 
-def find_run(client: Any, experiment: str, run_name: str) -> Any:
-    """The newest FINISHED run named `run_name` in the experiment, else the newest of any status."""
-    found = _experiment(client, experiment)
-    name = f"attributes.run_name = {_quoted(run_name)}"
-    for query in (f"{name} and attributes.status = 'FINISHED'", name):
-        runs = client.search_runs([found.experiment_id], query, order_by=["attributes.start_time DESC"],
-                                  max_results=1)
-        if runs:
-            return runs[0]
-    raise NotFound(f"no run named {run_name!r} in experiment {experiment!r}: its stage has not run, or was "
-                   "not recorded, in this store (`make repro` records every stage)")
-
-
-def report_source(path: str) -> tuple[str, str]:
-    """(stage, artifact path) of a file of the report folder; NotFound for a path outside it."""
-    parts = PurePosixPath(path).parts
-    if not parts or any(p in ("..", "") or p.startswith("/") for p in parts) or path.endswith("/"):
-        raise NotFound(f"{path!r} is not a file of the report folder")
-    for prefix, stage, artifact in REPORT_SOURCES:
-        if path.startswith(prefix):
-            return stage, artifact + path[len(prefix):]
-    raise NotFound(path)  # unreachable: the last source takes every path
+def artifact_path(path: str) -> str:
+    """`path` as a relative artifact path; NotFound for an empty, absolute or `..` path."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise NotFound(f"{path!r} is not a relative path of a file among a run's artifacts")
+    return path
 
 
 def experiment_target(client: Any, experiment: str, search: str | None = None) -> str:
@@ -91,25 +74,26 @@ def experiment_target(client: Any, experiment: str, search: str | None = None) -
     return f"/#/experiments/{found.experiment_id}/runs?{VIEW}{query}"
 
 
-def run_target(client: Any, experiment: str, run_name: str) -> str:
-    run = find_run(client, experiment, run_name)
+def run_target(client: Any, run_id: str) -> str:
+    """The UI route (after the server's root) of the run's page."""
+    run = find_run(client, run_id)
     return f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?{VIEW}"
 
 
-def report_file(client: Any, profile: str, path: str) -> tuple[bytes, str]:
-    """(content, mimetype) of `reports/<profile>/<path>` from its stage's newest run."""
-    stage, artifact = report_source(path)
-    run = find_run(client, experiment_name(profile), stage)
+def artifact_file(client: Any, run_id: str, path: str) -> tuple[bytes, str]:
+    """(content, mimetype) of the artifact file `path` of run `run_id`."""
+    artifact = artifact_path(path)
+    run = find_run(client, run_id)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = Path(client.download_artifacts(run.info.run_id, artifact, tmp))
         except Exception as error:  # MLflow raises several kinds for a missing artifact
-            raise NotFound(f"{path!r}: run {stage!r} (the newest, {run.info.run_id}) holds no artifact "
-                           f"{artifact!r} ({type(error).__name__})") from None
+            raise NotFound(f"run {run_id} ({run.info.run_name}) holds no artifact {artifact!r} "
+                           f"({type(error).__name__})") from None
         if not local.is_file():
-            raise NotFound(f"{path!r}: artifact {artifact!r} of run {stage!r} is a folder, not a file")
+            raise NotFound(f"artifact {artifact!r} of run {run_id} ({run.info.run_name}) is a folder, not a file")
         content = local.read_bytes()
-    return content, mimetypes.guess_type(path)[0] or "application/octet-stream"
+    return content, mimetypes.guess_type(artifact)[0] or "application/octet-stream"
 
 
 def _not_found(message: str) -> Any:
@@ -139,16 +123,16 @@ def register(app: Any, tracking_uri: str | None = None) -> Any:
     def experiment(name: str):
         return redirect(prefix + experiment_target(_client(tracking_uri), name, request.args.get("search")))
 
-    def run(name: str, run_name: str):
-        return redirect(prefix + run_target(_client(tracking_uri), name, run_name))
+    def run(run_id: str):
+        return redirect(prefix + run_target(_client(tracking_uri), run_id))
 
-    def report(profile: str, path: str):
-        content, mimetype = report_file(_client(tracking_uri), profile, path)
+    def artifact(run_id: str, path: str):
+        content, mimetype = artifact_file(_client(tracking_uri), run_id, path)
         return Response(content, mimetype=mimetype, headers={"Cache-Control": "no-store"})
 
     app.add_url_rule(f"{prefix}{LINK_PREFIX}/experiments/<name>", view_func=guarded(experiment))
-    app.add_url_rule(f"{prefix}{LINK_PREFIX}/runs/<name>/<path:run_name>", view_func=guarded(run))
-    app.add_url_rule(f"{prefix}{LINK_PREFIX}/reports/<profile>/<path:path>", view_func=guarded(report))
+    app.add_url_rule(f"{prefix}{LINK_PREFIX}/run/<run_id>", view_func=guarded(run))
+    app.add_url_rule(f"{prefix}{LINK_PREFIX}/artifacts/<run_id>/<path:path>", view_func=guarded(artifact))
     return app
 
 

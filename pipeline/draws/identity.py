@@ -2,7 +2,7 @@
 
 Two full runs of one recipe differ by these three things (docs/results.md#seed-sets): the
 seeds, and the floats, which follow from the CPU kind and whether bfloat16 is used. Every stage
-tags its MLflow run with them (pipeline.tracking), so the MLflow UI compares one system across
+tags its MLflow run with them (pipeline.tracking.runs), so the MLflow UI compares one system across
 draws, and the draw command (scripts/draw.py) names the draws it keeps by them.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from pipeline.draws.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets
 from pipeline.precision import AUTO, resolve_bf16
-from pipeline.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets
 
 CUSTOM = "custom"  # seeds matching no set of configs/seed_sets.yaml
 UNKNOWN = "unknown"

@@ -29,8 +29,8 @@ from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.logprobs import pack_prompt_response, response_kl
 from pipeline.rl.train_params import TrainConfig
 from pipeline.rl.trainer import Batch, TrainInputs, collect_batch, make_optimizer, ppo_update
-from tests.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
-from tests.fakes import FakeRetriever, role_of
+from tests.helpers.configs import OPD_BETA, OPTIM, REWARDS, TIE_ON, workflow_cfg
+from tests.helpers.fakes import FakeRetriever, role_of
 
 Choices = Callable[[str], Sequence[str]]  # decoded context -> candidate completions
 

@@ -2,7 +2,7 @@
 (registered), the training audit and curves, the evaluation records and the link to the
 run of the weights they evaluated, the report.
 
-Every function takes the active run's `mlflow` module (what `pipeline.tracking.stage_run`
+Every function takes the active run's `mlflow` module (what `pipeline.tracking.runs.stage_run`
 yields) and logs into that run. Paths logged as params or tags are relative to the
 repository root.
 """
@@ -73,7 +73,7 @@ def log_model(mlf: Any, folder: Path, registered_name: str, tags: dict[str, str]
 
 def log_data_docs(mlf: Any, site: Path) -> bool:
     """A Great Expectations Data Docs site (its folder) under `data_docs/`, so the site opens from
-    the MLflow server (pipeline.mlflow_app's report route); False when there is none."""
+    the MLflow server (pipeline.tracking.server's report route); False when there is none."""
     if not (Path(site) / "index.html").is_file():
         mlf.set_tag("data_docs", f"none: {Path(site).name} holds no index.html")
         return False

@@ -49,11 +49,11 @@ from pipeline.checkout_copy import (
     venv_bin,
     write_local_config,
 )
+from pipeline.draws.record import default_name, duplicate_of, load_kept, read_draw_report
+from pipeline.draws.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 from pipeline.errors import InputError
 from pipeline.io import read_text, write_json, write_text
 from pipeline.params_edit import set_values
-from pipeline.report.draw_record import default_name, read_draw_report
-from pipeline.seed_sets import SEED_SETS_FILE, apply_seed_values, load_seed_sets
 
 AUTO, FLOAT32 = "auto", "float32"
 PRECISIONS = (AUTO, FLOAT32)
@@ -134,8 +134,8 @@ def _check_precision(precision: str) -> None:
 
 
 def checkout_commit(root: Path) -> str:
-    """The checkout's commit, `-dirty` when its code differs (pipeline.tracking.git_commit)."""
-    from pipeline.tracking import git_commit
+    """The checkout's commit, `-dirty` when its code differs (pipeline.provenance.git_commit)."""
+    from pipeline.provenance import git_commit
 
     return git_commit(root)
 
@@ -215,7 +215,7 @@ def prepare_draw_workspace(root: Path, dest: Path | None = None, profile: str = 
     write_local_config(dest, root, share_cache)
     draw = Draw(dest, profile, seed_set, precision, commit, str(root),
                 dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code)
-    write_text(dest / DRAW_FILE, "# A draw's workspace (pipeline/draws.py); `python scripts/draw.py run` "
+    write_text(dest / DRAW_FILE, "# A draw's workspace (pipeline/draws/workspace.py); `python scripts/draw.py run` "
                                  "again resumes it\n" + yaml.safe_dump(draw.record(), sort_keys=False))
     (dest / _PREPARING).unlink()
     return draw
@@ -298,7 +298,8 @@ def keep_draw(workspace: Path, root: Path, profile: str, name: str | None = None
     (atomically), with added: name (default: default_name), commit (the workspace's draw.yaml;
     else the workspace's own git commit, 'unknown' when it has none), date (UTC day draw.json was written),
     stage_minutes and peak_rss_mb (the workspace's data/timings.jsonl, latest entry per stage;
-    None when absent). A kept draw of the same name is replaced only when identical or `replace`."""
+    None when absent). A kept draw of the same name is replaced only when identical or `replace`;
+    a draw that came from the same models as a kept draw of another name is refused, naming it."""
     workspace, root = Path(workspace), Path(root)
     source = workspace / "reports" / profile / DRAW_REPORT
     report = read_draw_report(source, profile)
@@ -313,6 +314,10 @@ def keep_draw(workspace: Path, root: Path, profile: str, name: str | None = None
             "stage_minutes": round(sum(t["seconds"] for t in times.values()) / 60, 1) if times else None,
             "peak_rss_mb": round(max(t["peak_rss_mb"] for t in times.values())) if times else None}
     dest = root / "reports" / profile / KEPT_DIR / f"{name}.json"
+    twin = duplicate_of(kept, load_kept(dest.parent, profile), ignore=dest)
+    if twin is not None:
+        raise InputError(f"{source}: this draw came from the same models (field 'hashes.models') as the kept draw "
+                         f"{twin.stem} ({twin}); one set of models is one draw, so it is not kept again")
     if dest.exists() and not replace:
         try:
             same = json.loads(dest.read_text()) == json.loads(json.dumps(kept, default=str))
@@ -323,6 +328,35 @@ def keep_draw(workspace: Path, root: Path, profile: str, name: str | None = None
                              "another name (--name) or replace it (--replace)")
     write_json(dest, kept)
     return dest
+
+
+def attach_hashes(root: Path, profile: str, name: str, source: Path) -> Path:
+    """Give the kept draw `name` (kept before records held hashes) the content hashes of the models
+    and evaluation records it came from, taken from `source`'s reports/<profile>/draw.json: a
+    checkout whose run re-made that draw. Refused unless every measured number (MEASURED_KEYS) of
+    the two records is equal, so that only the same run's files can lend their hashes, and when
+    another kept draw already holds these model hashes."""
+    dest = Path(root) / "reports" / profile / KEPT_DIR / f"{name}.json"
+    kept = read_draw_report(dest, profile)
+    report = read_draw_report(Path(source) / "reports" / profile / DRAW_REPORT, profile)
+    if not report.get("hashes"):
+        raise InputError(f"{source}: its draw.json has no field 'hashes' (the report stage writes them since the "
+                         "records held hashes): re-make its report first")
+    differ = [key for key in MEASURED_KEYS if json.dumps(kept.get(key), sort_keys=True)
+              != json.dumps(report.get(key), sort_keys=True)]
+    if differ:
+        raise InputError(f"{dest}: fields {', '.join(differ)} differ from {source}'s draw.json: that run did not "
+                         "re-make this draw, so its hashes are not this draw's")
+    twin = duplicate_of(report, load_kept(dest.parent, profile), ignore=dest)
+    if twin is not None:
+        raise InputError(f"{dest}: the kept draw {twin.stem} ({twin}) already holds these model hashes")
+    write_json(dest, {**kept, "hashes": report["hashes"]})
+    return dest
+
+
+# the numbers two records of one draw share, whichever machine re-made it
+MEASURED_KEYS = ("test_questions", "runs", "systems", "forced_answer_share", "comparisons", "dev_searcher_kl",
+                 "dedup", "funnel")
 
 
 def list_draws(root: Path, profile: str) -> list[dict[str, Any]]:
