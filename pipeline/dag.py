@@ -210,7 +210,8 @@ STAGES: tuple[Stage, ...] = (
           "run that made its outputs (data/runs/, what the report's links open); nothing is read from MLflow. "
           "The kept draws (reports/<profile>/draws/, scripts/draw.py) are a dep: keeping one re-makes the report; "
           "draw.json is this run's record, which a kept draw copies.",
-          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/models/base",
+          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits",
+                *(f"data/models/{w}" for w in dict.fromkeys(s.weights for s in SYSTEMS)),
                 *(f"data/curves/{s.name}.csv" for s in TRAINED), "data/runs/splits.json", "data/runs/corpus.json",
                 "data/runs/validate_splits.json", "data/runs/index.json", "data/runs/base_model.json",
                 "data/runs/validate_masks.json", "data/runs/stage2_start.json",

@@ -14,10 +14,9 @@ stage), each stage of dvc.lock is looked up in the store by the state dvc.lock r
   run, and why) and `dvc_state`, with the stage's params from dvc.lock and what can be logged
   from its outputs without computing anything (the report folder, the Data Docs, an evaluation's
   records and metrics, the weights' hash and, when the store has no copy, the model itself).
-  A training stage's per-step curves are made only by the run that trained it: a recorded
-  training run copies them from the finished run of the same system that wrote the same
-  weights (tag `curves_from`), when the store holds one, so the newest run of every stage
-  shows its curves in MLflow's UI.
+  A recorded training run logs the curves of its stage's file (data/curves/<system>.csv, the
+  stage's output) and names the run that trained the weights (tag `made_by_run`, from the
+  stage's record in data/runs/); it never copies another run's metrics.
 
 So every stage has a run whose `dvc_state` is the one dvc.lock holds. Links do not look runs up
 here: they name the run id in the stage's record (data/runs/<stage>.json,

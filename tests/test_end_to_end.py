@@ -99,14 +99,17 @@ def test_dvc_plots_show_draws_every_plot_dvc_yaml_names(built):
             assert len((built / name).read_text().splitlines()) == 1, name
 
 
-def test_every_stage_has_an_mlflow_run_of_its_state_and_the_report_no_run_id(built):
+def test_every_stage_has_an_mlflow_run_of_its_state_and_the_report_links_the_recorded_runs(built):
     """`make repro`'s second step: every stage of dvc.lock has a run tagged with its state, the
-    runs this repro made tagged `ran`; the report links them by name only."""
+    runs this repro made tagged `ran`, each the run its stage recorded in data/runs/; the report
+    links every stage but itself by that run's id."""
     import re
 
     from mlflow.tracking import MlflowClient
 
     from pipeline.record_runs import OUTCOME_TAG, STATE_TAG, dvc_state, lock_entries
+    from pipeline.tracking.links import run_link
+    from pipeline.tracking.stage_record import read_record
 
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -115,12 +118,54 @@ def test_every_stage_has_an_mlflow_run_of_its_state_and_the_report_no_run_id(bui
     assert proc.returncode == 0, proc.stdout + proc.stderr
     client = MlflowClient(f"sqlite:///{built / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("multiagent-opd-ci").experiment_id
+    paper = (built / "reports" / "ci" / "paper.md").read_text()
+    linked = set()
     for stage, entry in lock_entries(built).items():
         runs = client.search_runs([experiment], f"tags.stage = '{stage}' and tags.{STATE_TAG} = '{dvc_state(entry)}'")
         assert runs and runs[0].info.run_name == stage, stage
         assert runs[0].data.tags[OUTCOME_TAG] == "ran", stage  # every stage ran in this fresh copy
-    paper = (built / "reports" / "ci" / "paper.md").read_text()
-    assert not re.search(r"[0-9a-f]{32}", paper) and "/maopd/runs/multiagent-opd-ci/report" in paper
+        record = read_record(built, stage)
+        assert record is not None and record.run_id == runs[0].info.run_id, stage  # the run that made the state
+        if stage != "report":  # the report's record is written once its run ends, after paper.md
+            assert f"| [`{stage}`]({run_link(record.run_id)}) |" in paper, stage
+            linked.add(record.run_id)
+    assert "| `report` |" in paper and "/maopd/runs/" not in paper
+    run_ids = set(re.findall(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", paper))
+    assert run_ids == linked  # no other run named, the report's own included
+
+
+def test_every_stage_writes_its_record_and_every_training_stage_its_curves(built):
+    """After the repro, data/runs/ holds the record of every stage of dvc.yaml, naming a FINISHED
+    run of the store with that stage's name; each trained system's data/curves/<system>.csv holds,
+    row for row, the metric history its training run logged for the curve metrics."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.dag import stage_names
+    from pipeline.report.curves import CURVE_METRICS, STAGE_COLUMNS, stage_curves_path
+    from pipeline.systems import TRAINED
+    from pipeline.tracking.stage_record import read_record, record_path
+
+    client = MlflowClient(f"sqlite:///{built / 'mlflow.db'}")
+    for stage in stage_names():
+        assert record_path(built, stage).is_file(), stage
+        record = read_record(built, stage)
+        assert (record.stage, record.profile, record.experiment) == (stage, "ci", "multiagent-opd-ci")
+        run = client.get_run(record.run_id)
+        assert run.info.status == "FINISHED" and run.info.run_name == stage, stage
+        assert run.data.tags["stage"] == stage and run.info.experiment_id == record.experiment_id, stage
+
+    order = {m.key: i for i, m in enumerate(CURVE_METRICS)}
+    for system in TRAINED:
+        path = stage_curves_path(built, system.name)
+        assert path.is_file(), system.name
+        frame = pd.read_csv(path)
+        assert tuple(frame.columns) == STAGE_COLUMNS, system.name
+        run_id = read_record(built, system.train_stage).run_id
+        logged = sorted(((m.step, key, m.value) for key in order for m in client.get_metric_history(run_id, key)),
+                        key=lambda row: (row[0], order[row[1]]))
+        rows = list(frame[["step", "metric", "value"]].itertuples(index=False, name=None))
+        assert rows == logged, system.name
+        assert "dev_em" in set(frame["metric"]), system.name  # every trained system has a dev curve
 
 
 def test_second_repro_does_nothing(built):

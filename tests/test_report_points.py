@@ -79,12 +79,13 @@ def test_the_figure_stacks_to_100_and_keeps_the_page_rules(run, tmp_path):
 def test_the_draw_record_and_across_draws_carry_the_role_gaps(run, tmp_path):
     records, present, points = run
     results = compute_results(records, present, [], "multiagent_opd", 4, DRAWS, SEED, LEVEL)
-    record = draw_record(profile="ci", tags={"draw.seed_set": "A", "draw.cpu": "cpu", "draw.precision": "bf16"},
+    record = draw_record(profile="ci", identity={"seed_set": "A", "cpu": "cpu", "precision": "bf16"},
                          test_questions=sum(QUOTAS.values()), level=95, results=results,
                          gaps=cmp.measure_gaps(records, present, 4, DRAWS, SEED, LEVEL), kl_ends={}, dedup=None,
                          funnel=record_entry(points))
     record = json.loads(json.dumps(record))
     check_record(record, tmp_path / "draw.json", "ci")
+    assert (record["seed_set"], record["cpu"], record["precision"], record["hashes"]) == ("A", "cpu", "bf16", None)
     key = pair_key("c_mas_rl", "c_mas_base")
     assert record["funnel"]["comparisons"][key]["searcher_fidelity"]["diff"] == pytest.approx(
         points.gaps[key]["searcher_fidelity"]["diff"])

@@ -112,21 +112,31 @@ def test_a_stage_missing_from_dvc_lock_is_an_input_error(repo, params):
 
 
 def _trained(repo, system: str, weights: bytes, dev_em: list[float]) -> tuple[str, str]:
-    """A training run of `system` that wrote `weights` and logged a dev_em curve; returns its
-    run id and the weights' hash."""
+    """The `train@<system>` stage in `repo`: its weights, its curves file (data/curves/<system>.csv:
+    `dev_em` and a dev Searcher KL) and the record of its run, which logged the same curve; returns
+    the run id and the weights' hash."""
     from pipeline.eval.run import model_fingerprint
     from pipeline.paths import model_dir
+    from pipeline.report.curves import stage_curves_path, write_stage_curves
     from pipeline.tracking.artifacts import KIND_TAG, WEIGHTS_SHA_TAG
 
     folder = model_dir(repo, system)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.safetensors").write_bytes(weights)
     sha = model_fingerprint(folder)
+    history = _history(dev_em)
     with stage_run(f"train@{system}", "ci", {"shared.dev_questions": 128}, tags={"system": system}, root=repo) as mlf:
-        for step, value in zip((0, 16, 32), dev_em):
-            mlf.log_metric("dev_em", value, step=step)
+        for point in history:
+            mlf.log_metrics({k: v for k, v in point.items() if k != "step"}, step=point["step"])
         mlf.set_tags({KIND_TAG: "training", WEIGHTS_SHA_TAG: sha})
-        return mlf.active_run().info.run_id, sha
+        run_id = mlf.active_run().info.run_id
+    write_stage_curves(stage_curves_path(repo, system), history, {"dev_em": 128, "dev_searcher_kl": 128})
+    return run_id, sha
+
+
+def _history(dev_em: list[float]) -> list[dict[str, float]]:
+    return [{"step": step, "dev_em": value, "dev_searcher_kl": 0.01 * (i + 1)}
+            for i, (step, value) in enumerate(zip((0, 16, 32), dev_em))]
 
 
 def _lock_with_training(repo, system: str, md5: str = "eee.dir") -> None:
@@ -135,50 +145,101 @@ def _lock_with_training(repo, system: str, md5: str = "eee.dir") -> None:
     (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {f"train@{system}": entry}}))
 
 
-def test_a_recorded_training_run_carries_the_curves_of_the_run_that_trained_its_weights(repo, params):
+def _history_of(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def test_a_recorded_training_run_logs_the_curves_of_its_stages_file_tagged_made_by_run(repo, params):
+    """DVC restored `train@multiagent_opd` (its weights, curves file and record): the recorded run
+    logs the points of data/curves/multiagent_opd.csv and names the run of the record, though a
+    newer run of the same stage and weights with other curves is in the store."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline.record_runs import CURVES_FROM_TAG
+    from pipeline.record_runs import MADE_BY_TAG
+    from pipeline.tracking.artifacts import KIND_TAG, WEIGHTS_SHA_TAG
+
+    source, sha = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
+    with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=repo / "elsewhere") as mlf:
+        for step in (0, 16, 32, 48):  # made in another checkout: other curves, the same weights
+            mlf.log_metrics({"dev_em": 0.99, "dev_searcher_kl": 0.5}, step=step)
+        mlf.set_tags({KIND_TAG: "training", WEIGHTS_SHA_TAG: sha})
+        newer = mlf.active_run().info.run_id
+    _lock_with_training(repo, "multiagent_opd")
+    (done,) = record_runs(params, repo)
+    assert done.action == "recorded" and done.run_id not in (source, newer)
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    recorded = client.get_run(done.run_id)
+    assert recorded.data.tags[MADE_BY_TAG] == source and recorded.data.tags[OUTCOME_TAG].startswith("not run")
+    assert "curves_from" not in recorded.data.tags  # nothing is copied from another run any more
+    history = _history([0.25, 0.30, 0.35])
+    for key in ("dev_em", "dev_searcher_kl"):
+        assert _history_of(client, done.run_id, key) == [(p["step"], pytest.approx(p[key])) for p in history], key
+    note = recorded.data.tags["mlflow.note.content"]
+    assert "6 curve points are logged from data/curves/multiagent_opd.csv" in note
+    assert f"made by run {source}" in note and newer not in note
+
+
+def test_a_recorded_training_run_without_a_record_or_a_curves_file_says_so(repo, params):
+    """Without the stage's record the recorded run still logs the curves file, naming no run; without
+    the curves file it logs no curve, whatever training runs of the store hold."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.record_runs import MADE_BY_TAG
+    from pipeline.report.curves import stage_curves_path
+    from pipeline.tracking.stage_record import record_path
 
     source, _ = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
-    _lock_with_training(repo, "multiagent_opd")
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    record_path(repo, "train@multiagent_opd").unlink()  # outputs made where no record was written
+    _lock_with_training(repo, "multiagent_opd", "e1.dir")
     (done,) = record_runs(params, repo)
-    assert done.action == "recorded"
-    recorded = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_run(done.run_id)
-    assert recorded.data.tags[CURVES_FROM_TAG] == source and recorded.data.tags[OUTCOME_TAG].startswith("not run")
-    history = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_metric_history(done.run_id, "dev_em")
-    assert [(m.step, m.value) for m in history] == [(0, 0.25), (16, 0.30), (32, 0.35)]
-    assert recorded.data.params["shared.dev_questions"] == "128"  # the report reads curve sizes from params
-    assert f"copied from run {source}" in recorded.data.tags["mlflow.note.content"]
+    recorded = client.get_run(done.run_id)
+    assert MADE_BY_TAG not in recorded.data.tags and source not in recorded.data.tags["mlflow.note.content"]
+    assert _history_of(client, done.run_id, "dev_em") == [(0, 0.25), (16, 0.30), (32, 0.35)]
 
-
-def test_a_recorded_training_run_copies_no_curves_from_a_run_that_wrote_other_weights(repo, params):
-    from mlflow.tracking import MlflowClient
-
-    from pipeline.record_runs import CURVES_FROM_TAG
-
-    _trained(repo, "multiagent_opd", b"old weights", [0.25, 0.30, 0.35])
-    (repo / "data/models/multiagent_opd/model.safetensors").write_bytes(b"new weights")  # trained elsewhere
-    _lock_with_training(repo, "multiagent_opd")
+    stage_curves_path(repo, "multiagent_opd").unlink()
+    _lock_with_training(repo, "multiagent_opd", "e2.dir")
     (done,) = record_runs(params, repo)
-    recorded = MlflowClient(f"sqlite:///{repo}/mlflow.db").get_run(done.run_id)
-    assert CURVES_FROM_TAG not in recorded.data.tags and "dev_em" not in recorded.data.metrics
-    assert "no training curves" in recorded.data.tags["mlflow.note.content"]
+    recorded = client.get_run(done.run_id)
+    assert "dev_em" not in recorded.data.metrics and "dev_searcher_kl" not in recorded.data.metrics
+    assert "wrote no curves file (data/curves/multiagent_opd.csv)" in recorded.data.tags["mlflow.note.content"]
 
 
-def test_the_run_that_trained_the_weights_is_found_behind_pages_of_recorded_runs(repo, params, monkeypatch):
+def test_the_model_is_logged_once_per_draw_found_behind_pages_of_recorded_runs(repo, params, monkeypatch):
     """Each `make repro` that skips a training stage records one more run with the same weights'
-    hash and system; the search for the run that trained them reads past every page of those."""
+    hash; the search for a run that logged them reads past every page of those, and a run of
+    another draw (here: another precision path) logs its own model version, with its draw's tags."""
     from mlflow.tracking import MlflowClient
 
     import pipeline.record_runs as records
+    import pipeline.tracking.artifacts as artifacts
+    from pipeline.code_version import code_version
+
+    logged = []
+
+    def fake_log_model(mlf, folder, name, tags, max_mb):
+        logged.append(tags)
+        mlf.set_tag("model_logged", f"yes: {name} version {len(logged)}")
+        return "models:/fake"
 
     monkeypatch.setattr(records, "SEARCH_PAGE_SIZE", 1)
-    source, _ = _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
+    monkeypatch.setattr(artifacts, "log_model", fake_log_model)
+    _trained(repo, "multiagent_opd", b"weights", [0.25, 0.30, 0.35])
     client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
-    for md5 in ("e1.dir", "e2.dir", "e3.dir"):  # three repros, three dvc.lock states, same weights
+    for i, md5 in enumerate(("e1.dir", "e2.dir", "e3.dir")):  # three repros, three dvc.lock states, same weights
         time.sleep(0.01)
         _lock_with_training(repo, "multiagent_opd", md5)
         (done,) = record_runs(params, repo)
         assert done.action == "recorded"
-        assert client.get_run(done.run_id).data.tags[records.CURVES_FROM_TAG] == source
+        tag = client.get_run(done.run_id).data.tags["model_logged"]
+        assert tag.startswith("yes") if i == 0 else tag.startswith("no: another run of this store"), (md5, tag)
+    assert len(logged) == 1
+    assert logged[0]["draw.precision"] == "unknown" and logged[0]["draw.code"] == code_version()
+
+    (repo / "params.yaml").write_text((REPO_ROOT / "params.yaml").read_text())  # another draw: its precision known
+    _lock_with_training(repo, "multiagent_opd", "e4.dir")
+    (done,) = record_runs(params, repo)
+    assert client.get_run(done.run_id).data.tags["model_logged"].startswith("yes")
+    assert len(logged) == 2 and logged[1]["draw.precision"] != "unknown"
+    assert {k: v for k, v in logged[1].items() if k != "draw.precision"} == {
+        k: v for k, v in logged[0].items() if k != "draw.precision"}

@@ -1,6 +1,7 @@
 """A training stage interrupted part-way and started again ends as an uninterrupted run does:
-the same final weights, one MLflow run (the same run id, FINISHED) whose metric history holds
-every step once with the same values, and the same training curve in the report.
+the same final weights, one MLflow run (the same run id, FINISHED, named by the stage's record)
+whose metric history holds every step once with the same values, and the same curves file
+(data/curves/<system>.csv, what the report draws), byte for byte, holding that history.
 
 In process (fast): the `train@multiagent_opd` stage on scripted backends dies between a checkpoint and the
 moment its metrics reach MLflow. As a process (slow): `python -m pipeline run train c_mas_rl` on a
@@ -25,9 +26,9 @@ from safetensors.torch import load_file
 
 from pipeline.config import load_params
 from pipeline.policy.hf_backend import HFBackend, save_hf_folder
-from pipeline.report.curves import CURVE_METRICS
-from pipeline.report.mlflow_runs import read_mlflow
+from pipeline.report.curves import CURVE_METRICS, read_stage_curves, stage_curves_path
 from pipeline.stages import STAGES
+from pipeline.tracking.stage_record import read_record
 from tests.conftest import REPO_ROOT
 from tests.helpers.fakes import FakeRetriever
 from tests.test_rl_trainer import ScriptedHFBackend, questions, tiny_model, tiny_tokenizer
@@ -102,10 +103,24 @@ def _history(root: Path, run) -> dict[str, list[tuple[int, float]]]:
             for key in run.data.metrics}
 
 
-def _report_curves(root: Path) -> dict:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        return read_mlflow("ci", CURVE_METRICS, root)[0]
+def _same_curves_file(clean: Path, resumed: Path, system: str, history: dict) -> pd.DataFrame:
+    """The curves file of the resumed stage equals the uninterrupted one's byte for byte and holds
+    the points of the resumed run's metric history (`history`, by key) of every curve metric;
+    returns its frame."""
+    path = stage_curves_path(resumed, system)
+    assert path.read_bytes() == stage_curves_path(clean, system).read_bytes()
+    curve = read_stage_curves(path, system)
+    assert curve.frame["step"].is_unique
+    for metric in CURVE_METRICS:
+        points = [(int(s), float(v)) for s, v in curve.points(metric.key).itertuples(index=False)]
+        assert points == history.get(metric.key, []), metric.key
+    return curve.frame
+
+
+def _recorded_run(root: Path, stage: str, run) -> None:
+    """The stage's record (data/runs/...) names the run that finished it."""
+    record = read_record(root, stage)
+    assert record is not None and record.run_id == run.info.run_id and record.stage == stage
 
 
 def _weights(root: Path, weights: str = "c_mas_rl") -> dict[str, torch.Tensor]:
@@ -165,6 +180,7 @@ def test_an_interrupted_training_stage_continues_its_run(tmp_path, monkeypatch, 
         _run_team(killed, monkeypatch, die_after_checkpoint=1)
     (dead,) = _runs(killed, TEAM_STAGE)
     assert dead.info.status == "FAILED" and "pg_loss" not in dead.data.metrics  # step 0's metrics never sent
+    assert read_record(killed, TEAM_STAGE) is None  # a run that did not finish names no outputs
     summary = _run_team(killed, monkeypatch)
     assert summary["resumed_from"] == 1
 
@@ -178,8 +194,10 @@ def test_an_interrupted_training_stage_continues_its_run(tmp_path, monkeypatch, 
         else:
             assert got[key] == expected[key], key
     assert [s for s, _ in got["pg_loss"]] == list(range(steps))
-    pd.testing.assert_frame_equal(_report_curves(killed)["multiagent_opd"].frame,
-                                  _report_curves(clean)["multiagent_opd"].frame)
+    frame = _same_curves_file(clean, killed, "multiagent_opd", got)
+    assert "dev_em" in frame and frame["step"].tolist()[0] == 0
+    _recorded_run(killed, TEAM_STAGE, run)
+    _recorded_run(clean, TEAM_STAGE, clean_run)
     reference, resumed = _weights(clean, "multiagent_opd"), _weights(killed, "multiagent_opd")
     assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
 
@@ -227,7 +245,7 @@ def test_sigkilled_training_stage_resumes_with_its_whole_history(prepared):
             assert got[key] == expected[key], key
     assert [s for s, _ in got["pg_loss"]] == list(range(STEPS))
 
-    clean_curves, curves = _report_curves(clean), _report_curves(killed)
     system = run.data.tags["system"]
-    pd.testing.assert_frame_equal(curves[system].frame, clean_curves[system].frame)
-    assert curves[system].points("dev_em")["step"].tolist() == [0, STEPS]
+    frame = _same_curves_file(clean, killed, system, got)
+    assert frame[["step", "dev_em"]].dropna()["step"].tolist() == [0, STEPS]
+    _recorded_run(killed, "train@c_mas_rl", run)

@@ -106,6 +106,13 @@ def test_commit_tag_is_clean_when_only_dvc_written_files_changed(tmp_path, monke
 
 
 def test_training_run_logs_and_registers_its_model_audit_and_curves(tmp_path, store, model_folder):
+    import shutil
+
+    from pipeline.code_version import code_version
+    from pipeline.draws.identity import cpu_kind, draw_tags
+    from pipeline.stage_io.run_logging import DRAW_KEYS
+
+    shutil.copyfile(REPO_ROOT / "params.yaml", tmp_path / "params.yaml")  # the draw's precision path is known
     with stage_run("train@multiagent_opd", "ci", tags={"system": "multiagent_opd"}, root=tmp_path) as mlf:
         for step in range(3):
             mlf.log_metrics({"dev_em": 0.1 * step, "reward_leader": step}, step=step)
@@ -121,7 +128,13 @@ def test_training_run_logs_and_registers_its_model_audit_and_curves(tmp_path, st
     assert curves.columns.tolist() == ["step", "dev_em", "reward_leader"] and len(curves) == 3
     (version,) = store.search_model_versions("name = 'multiagent_opd'")
     assert version.run_id == run_id
-    assert version.tags == {"profile": "ci", "git_commit": "c0ffee", "stage": "train@multiagent_opd"}
+    # the version names the draw that made the weights, as the run does: seed set, CPU kind,
+    # precision path and the code's fingerprint
+    draw = draw_tags(tmp_path, "ci")
+    assert draw["draw.cpu"] == cpu_kind() and draw["draw.precision"] in ("bf16", "float32", "mixed")
+    assert version.tags == {"profile": "ci", "git_commit": "c0ffee", "stage": "train@multiagent_opd", **draw,
+                            "draw.code": code_version()}
+    assert {k: run.data.tags[k] for k in DRAW_KEYS} == {k: version.tags[k] for k in DRAW_KEYS}
 
 
 def test_a_model_above_the_cap_is_not_logged(tmp_path, store, model_folder):
