@@ -16,7 +16,7 @@ from pipeline.checkout_copy import copy_checkout
 from pipeline.config import load_params
 from pipeline.eval.synthetic import synthetic_records
 from pipeline.paths import eval_dir
-from pipeline.report.curves import CURVE_METRICS
+from pipeline.report.curves import CURVE_METRICS, stage_curves_path, write_stage_curves
 from pipeline.report.offline_plots import write_template
 from pipeline.systems import SYSTEMS
 from pipeline.tracking.runs import stage_run
@@ -35,8 +35,8 @@ def _dvc(args: list[str], cwd: Path) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    """A copy of the repository (ci profile) whose report stage ran on synthetic records and a
-    store with two trained systems' curves."""
+    """A copy of the repository (ci profile) whose report stage ran on synthetic records and two
+    trained systems' curves files (the training stages' outputs) and records."""
     from pipeline.stages.report import run_report
 
     repo = copy_checkout(tmp_path_factory.mktemp("views") / "repo", profile="ci")
@@ -44,10 +44,9 @@ def built(tmp_path_factory) -> Path:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo}/mlflow.db")
         mp.setenv("MLFLOW_ARTIFACT_ROOT", (repo / "mlartifacts").as_uri())
         for stage, system in (("train@multiagent_opd", "multiagent_opd"), ("train@c_mas_rl", "c_mas_rl")):
-            with stage_run(stage, "ci", tags={"system": system}, root=repo) as mlf:
-                mlf.log_param("shared.dev_questions", 8)
-                for step in (0, 3, 6):
-                    mlf.log_metrics({m.key: 0.1 + step / 100 for m in CURVE_METRICS}, step=step)
+            with stage_run(stage, "ci", tags={"system": system}, root=repo):  # writes the stage's record
+                history = [{"step": step, **{m.key: 0.1 + step / 100 for m in CURVE_METRICS}} for step in (0, 3, 6)]
+                write_stage_curves(stage_curves_path(repo, system), history, {m.key: 8 for m in CURVE_METRICS})
         for i, s in enumerate(SYSTEMS):
             path = eval_dir(repo, s.name) / "records.parquet"
             path.parent.mkdir(parents=True)

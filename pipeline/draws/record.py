@@ -27,13 +27,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.errors import InputError
-
-if TYPE_CHECKING:  # the draw command reads records through check_record without the evaluation's imports
-    from pipeline.report.comparisons import Gap
-    from pipeline.report.results import Results
 
 SCHEMA = 1
 
@@ -49,17 +45,18 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _column(results: Results, table: str, column: str) -> dict[str, float | None]:
+def _column(results: Any, table: str, column: str) -> dict[str, float | None]:
     return {system: _num(results.value(table, system, column)) for system in results.present}
 
 
-def draw_record(*, profile: str, identity: Mapping[str, str], test_questions: int, level: int, results: Results,
-                gaps: Sequence[Gap], kl_ends: Mapping[str, tuple[tuple[int, float], tuple[int, float]]],
+def draw_record(*, profile: str, identity: Mapping[str, str], test_questions: int, level: int, results: Any,
+                gaps: Sequence[Any], kl_ends: Mapping[str, tuple[tuple[int, float], tuple[int, float]]],
                 dedup: Mapping[str, int] | None, funnel: Mapping[str, Any] | None = None,
                 hashes: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
-    """The record of this run; `identity`: seed_set, cpu and precision of the stages that made the
-    outputs (pipeline.tracking.stage_record.joint_identity), `gaps`:
-    pipeline.report.comparisons.measure_gaps, `kl_ends`: comparisons.searcher_kl_ends, `funnel`:
+    """The record of this run; `results`: pipeline.report.results.Results (any object with its
+    `value` and `runs`; this package stays below the report), `identity`: seed_set, cpu and
+    precision of the stages that made the outputs (pipeline.tracking.stage_record.joint_identity),
+    `gaps`: pipeline.report.comparisons.measure_gaps, `kl_ends`: comparisons.searcher_kl_ends, `funnel`:
     pipeline.report.points.record_entry (None: no system's records have the funnel), `hashes`:
     {"models": {weights: sha256}, "records": {system: sha256}} of the files the numbers came from."""
     return {
