@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ from pipeline.paths import Paths, eval_dir, model_dir
 from pipeline.report.curves import read_stage_curves, stage_curves_path
 from pipeline.systems import BASE_WEIGHTS, BY_NAME
 from pipeline.tracking.artifacts import KIND_TAG, WEIGHTS_SHA_TAG
-from pipeline.tracking.runs import experiment_name, flatten, stage_run, tracking_uri
+from pipeline.tracking.runs import CurveLogger, experiment_name, flatten, stage_run, tracking_uri
 from pipeline.tracking.stage_record import read_record
 
 STATE_TAG = "dvc_state"  # sha256 of the stage's dvc.lock entry: the state the run stands for
@@ -175,17 +174,10 @@ def _log_outputs(mlf: Any, client: Any, stage: str, params: Params, root: Path) 
 
 def _log_curve_file(mlf: Any, curve: Any) -> int:
     """The points of a training stage's curves file (pipeline.report.curves.read_stage_curves) as
-    the active run's metric history; returns how many."""
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
-
-    now = int(time.time() * 1000)
-    points = [Metric(key, float(value), now, int(step)) for key in curve.frame.columns if key != "step"
-              for step, value in curve.frame[["step", key]].dropna().itertuples(index=False)]
-    client, run_id = MlflowClient(), mlf.active_run().info.run_id
-    for start in range(0, len(points), 1000):  # MLflow's limit per batch
-        client.log_batch(run_id, metrics=points[start:start + 1000])
-    return len(points)
+    the active run's metric history, through the trainer's own CurveLogger; returns how many."""
+    history = [{key: value for key, value in row.items() if key == "step" or value == value}  # NaN: not logged
+               for row in curve.frame.to_dict("records")]
+    return CurveLogger(mlf, every=None).restore(history)
 
 
 def _newest(client: Any, experiment_id: str, query: str) -> Any:

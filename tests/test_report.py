@@ -179,9 +179,10 @@ def test_report_writes_every_output_and_numbers_match_pipeline_eval(tmp_path, pa
     opd_row = next(line for line in md.splitlines() if line.startswith("| MultiAgent-OPD |"))
     assert f"{macro.loc['multiagent_opd', 'avg@4']:.2f}" in opd_row and "38.68" in opd_row
     html = (folder / "paper.html").read_text()
-    assert "<table>" in html and 'src="figures/' not in html  # figures embedded: the page stands alone
-    # macro with intervals, gaps, training curves, the forest plot across draws (this run alone)
-    assert html.count('src="data:image/png;base64,') == 4
+    # macro with intervals, gaps, training curves, the forest plot across draws (this run alone), each a
+    # file beside the page, which links them (small in git); the MLflow copy embeds them
+    assert "<table>" in html and "data:image" not in html and html.count('src="figures/') == 4
+    assert all((folder / src).is_file() for src in re.findall(r'src="(figures/[^"]+)"', html))
     tex = (folder / "main_table.tex").read_text()
     assert r"\begin{tabular}" in tex and "C-MAS + RL" in tex and "38.68" in tex
 

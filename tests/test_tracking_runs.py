@@ -174,13 +174,16 @@ def test_report_run_holds_the_page_with_its_figures(tmp_path, store):
     folder = tmp_path / "reports" / "ci"
     (folder / "figures").mkdir(parents=True)
     (folder / "figures" / "a.png").write_bytes(b"\x89PNG fake")
-    (folder / "paper.html").write_text('<img src="data:image/png;base64,AAAA">')
+    (folder / "paper.html").write_text('<img src="figures/a.png">')
     (tmp_path / "metrics.json").write_text("{}")
     with stage_run("report", "ci", root=tmp_path) as mlf:
         log_report(mlf, folder, tmp_path / "metrics.json")
         run_id = mlf.active_run().info.run_id
     paths = {a.path for a in store.list_artifacts(run_id)} | {a.path for a in store.list_artifacts(run_id, "figures")}
     assert {"paper.html", "metrics.json", "figures/a.png"} <= paths
+    logged = Path(store.download_artifacts(run_id, "paper.html", str(tmp_path))).read_text()
+    assert logged == '<img src="data:image/png;base64,iVBORyBmYWtl">'  # embedded for MLflow's artifact view
+    assert (folder / "paper.html").read_text() == '<img src="figures/a.png">'  # the page on disk links it
 
 
 def _readme_recipe() -> tuple[list[str], list[str]]:

@@ -175,7 +175,7 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
     )
     md = build_markdown(results, prov)
     write_text(folder / "paper.md", md)
-    write_text(folder / "paper.html", to_html(md, f"MultiAgent-OPD report ({params.profile})", folder))
+    write_text(folder / "paper.html", to_html(md, f"MultiAgent-OPD report ({params.profile})"))
     write_text(folder / "main_table.tex", latex_main_table(results, params.profile))
     write_json(folder / DRAW_FILE, record)
     metrics = metrics_dict(results, params.profile, points)

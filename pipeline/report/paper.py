@@ -211,9 +211,9 @@ def _fallback_html(md: str) -> str:
     return "\n".join(out)
 
 
-def _inline_images(body: str, folder: Path) -> str:
-    """<img src="figures/x.png"> -> a data: URI, so the page shows its figures wherever it
-    is opened (a browser, MLflow's artifact view, a Prefect artifact)."""
+def inline_images(body: str, folder: Path) -> str:
+    """<img src="figures/x.png"> -> a data: URI (the PNG under `folder`), so a page shows its
+    figures where relative files do not resolve (MLflow's artifact view, a Prefect artifact)."""
 
     def inline(match: re.Match) -> str:
         path = folder / html.unescape(match.group(2))
@@ -226,7 +226,8 @@ def _inline_images(body: str, folder: Path) -> str:
 
 
 def to_html(md: str, title: str, folder: Path | None = None) -> str:
-    """The page for a browser; with `folder`, the PNG figures it names are embedded."""
+    """The page for a browser, its figures linked by relative path (the committed page stays
+    small: the figures are files beside it); with `folder`, they are embedded (inline_images)."""
     try:
         import markdown
 
@@ -234,7 +235,7 @@ def to_html(md: str, title: str, folder: Path | None = None) -> str:
     except ImportError:
         body = _fallback_html(md)
     if folder is not None:
-        body = _inline_images(body, folder)
+        body = inline_images(body, folder)
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
              "text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}")

@@ -5,6 +5,7 @@ reports/<profile>/draws/ (pipeline.report). It reads nothing from MLflow; it log
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,24 @@ REPORT_FOLDERS = ("figures", "curves", "plots", "metrics")
 
 
 def log_report(mlf: Any, folder: Path, metrics: Path) -> None:
-    """The report folder as the browser sees it: paper.html embeds its figures."""
+    """The report folder, its figures beside the page; the logged paper.html embeds them
+    (pipeline.report.paper.inline_images), so MLflow's artifact view shows them too, while the
+    page on disk (and in git) links them and stays small."""
+    from pipeline.report.paper import inline_images
+
     mlf.set_tag(KIND_TAG, "report")
     mlf.log_artifact(str(metrics))
     for name in REPORT_FILES:
-        if (folder / name).is_file():
-            mlf.log_artifact(str(folder / name))
+        path = folder / name
+        if not path.is_file():
+            continue
+        if name == "paper.html":
+            with tempfile.TemporaryDirectory() as tmp:
+                embedded = Path(tmp) / name
+                embedded.write_text(inline_images(path.read_text(), folder))
+                mlf.log_artifact(str(embedded))
+        else:
+            mlf.log_artifact(str(path))
     for name in REPORT_FOLDERS:
         if (folder / name).is_dir():
             mlf.log_artifacts(str(folder / name), artifact_path=name)
