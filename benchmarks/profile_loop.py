@@ -252,7 +252,7 @@ def main() -> None:
     torch.manual_seed(0)
     root = Path(args.root).resolve()
     params = load_params(root / "params.yaml", profile="tiny")
-    torch.set_num_threads(params.base_model.threads)
+    torch.set_num_threads(params.threads)
     bound = flop_bound_gflops()
     print(f"threads {torch.get_num_threads()}; native bf16: {cpu_has_native_bf16()}; "
           f"float32 matmul bound {bound:.0f} GFLOP/s")

@@ -31,6 +31,7 @@ from pipeline.config import load_params, recording_reads
 from pipeline.errors import ConfigError, InputError, ValidationFailed
 from pipeline.retrieval.limits import ENCODE_BATCH_QUERIES, ConnectionLimits, ServerLimits
 from pipeline.systems import BY_NAME, TRAINED
+from pipeline.threads import requested_threads, use_threads
 
 STAGE_READS_ENV = "MAOPD_STAGE_READS"  # a folder: each stage run writes <stage>.json there (what it read)
 
@@ -131,8 +132,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
     """One JSON line per (temperature, seed): the headline figures of base_behaviour.json."""
-    import torch
-
     from pipeline.config import with_behaviour_questions, with_eval_sampling
     from pipeline.stages.base_model import measure_behaviour
 
@@ -140,7 +139,7 @@ def _behaviour(args: argparse.Namespace, params, root: Path) -> int:
         if args.questions < 1:
             raise ConfigError(f"--questions: expected >= 1, got {args.questions}")
         params = with_behaviour_questions(params, args.questions)
-    torch.set_num_threads(params.base_model.threads)
+    use_threads(requested_threads(params.threads))
     for temperature in args.temperature or [params.eval.rollout.temperature]:
         for seed in args.seed or [params.eval.seed]:
             b = measure_behaviour(with_eval_sampling(params, temperature), root, root / args.model, sampling_seed=seed)
@@ -328,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         name = args.stage if args.arg is None else f"{args.stage}@{args.arg}"
         started = time.perf_counter()
         with recording_reads(params) as reads:
+            use_threads(requested_threads(params.threads))
             summary = fn(params, root, args.arg) if args.arg is not None else fn(params, root)
         if os.environ.get(STAGE_READS_ENV):
             _write_reads(Path(os.environ[STAGE_READS_ENV]) / f"{name}.json", reads)

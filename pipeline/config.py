@@ -238,7 +238,8 @@ class EngineParams(_Strict):
 
 class EvalParams(_Strict):
     rollout: RolloutParams
-    shard_questions: int = Field(gt=0)  # questions per resumable shard (all 4 runs of each)
+    shard_questions: int = Field(gt=0)  # questions per shard, a file of records (all 4 runs of each)
+    block_shards: int = Field(gt=0)  # shards per block, what a killed evaluation recomputes (pipeline.eval.run)
     seed: int
 
 
@@ -347,7 +348,6 @@ class BaseModelParams(_Strict):
     kind: Literal["scratch", "local"]
     path: str = ""
     seed: int
-    threads: int = Field(gt=0)
     behaviour_questions: int = Field(ge=0)  # dev questions of the base behaviour check (0: skip)
     vocab_size: int | None = Field(default=None, gt=0)
     max_token_bytes: int | None = Field(default=None, gt=1)  # BPE merge cap; None: uncapped
@@ -379,6 +379,7 @@ class TrackingParams(_Strict):
 
 
 class ProfileParams(_Strict):
+    threads: int = Field(gt=0)  # every stage computes with these (pipeline.threads)
     tracking: TrackingParams
     data: DataParams
     index: IndexParams
@@ -394,6 +395,10 @@ class Params(_Strict):
     common: CommonParams
     active: ProfileParams
     source: str = ""
+
+    @property
+    def threads(self) -> int:
+        return self.active.threads
 
     @property
     def data(self) -> DataParams:

@@ -156,6 +156,7 @@ P = "${profile}"
 PROTOCOL_WORKFLOW = tuple(f"common.protocol.{k}" for k in
                           ("cascade_steps", "hierarchy_steps", "max_waves", "max_parallel", "top_k"))
 UNCACHED = {"cache": False}
+THREADS = f"{P}.threads"  # every stage computes with the profile's threads (pipeline.threads)
 
 STAGES: tuple[Stage, ...] = (
     Stage("splits", "The question pool, deduplicated on the normalised question, sampled into train, dev and test.",
@@ -258,7 +259,7 @@ def stage_names() -> list[str]:
 
 def _body(stage: Stage) -> dict:
     cmd = f"python -m pipeline run {stage.name}" + (f" {stage.arg}" if stage.arg else "")
-    body: dict = {"cmd": cmd, "deps": [*stage.data, *code_deps(stage.name)], "params": list(stage.params)}
+    body: dict = {"cmd": cmd, "deps": [*stage.data, *code_deps(stage.name)], "params": [*stage.params, THREADS]}
     body["outs"] = [*stage.outs, record_out(stage)]
     if stage.metrics:
         body["metrics"] = list(stage.metrics)

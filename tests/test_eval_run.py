@@ -134,21 +134,33 @@ def _kill_after_second(index, records):
 
 def test_kill_after_k_shards_then_resume_loses_and_duplicates_nothing(tmp_path):
     """With a backend whose samples depend on the seed, so a resumed shard run with another
-    seed than the uninterrupted run's would give other records."""
-    reference = _seeded(tmp_path / "clean").records
+    seed than the uninterrupted run's would give other records. Killed after the last shard of
+    the first block, the resumed run computes the second block only."""
+    reference = _seeded(tmp_path / "clean", block_shards=2).records
     assert reference["strict_answer"].nunique() > 1  # the draws really change the answers
     with pytest.raises(Killed):
-        _seeded(tmp_path / "run", on_shard=_kill_after_second)
+        _seeded(tmp_path / "run", on_shard=_kill_after_second, block_shards=2)
     assert shard_path(tmp_path / "run", 1).is_file() and not shard_path(tmp_path / "run", 2).exists()
     assert not (tmp_path / "run" / "records.parquet").exists()
 
     resumed_shards: list[int] = []
-    result = _seeded(tmp_path / "run", on_shard=lambda i, r: resumed_shards.append(i))
+    result = _seeded(tmp_path / "run", on_shard=lambda i, r: resumed_shards.append(i), block_shards=2)
     assert resumed_shards == [2, 3] and result.reused == 2 and result.computed == 2
     records = pd.read_parquet(tmp_path / "run" / "records.parquet")
     assert len(records) == 40 and not records.duplicated(["question_id", "run"]).any()
     assert set(records["question_id"]) == {f"nq-{i}" for i in range(10)}
     pd.testing.assert_frame_equal(records, reference)
+
+
+def test_a_block_cut_by_a_kill_is_computed_whole_again(tmp_path):
+    reference = _seeded(tmp_path / "clean", block_shards=3).records
+    with pytest.raises(Killed):
+        _seeded(tmp_path / "run", on_shard=_kill_after_second, block_shards=3)
+    assert shard_path(tmp_path / "run", 1).is_file() and not shard_path(tmp_path / "run", 2).exists()
+    resumed_shards: list[int] = []
+    result = _seeded(tmp_path / "run", on_shard=lambda i, r: resumed_shards.append(i), block_shards=3)
+    assert resumed_shards == [0, 1, 2, 3] and (result.computed, result.reused) == (4, 0)
+    pd.testing.assert_frame_equal(result.records, reference)
 
 
 def test_the_resume_check_catches_a_shard_run_with_another_seed(tmp_path, monkeypatch):
@@ -157,9 +169,9 @@ def test_the_resume_check_catches_a_shard_run_with_another_seed(tmp_path, monkey
 
     reference = _seeded(tmp_path / "clean").records
     with pytest.raises(Killed):
-        _seeded(tmp_path / "run", on_shard=_kill_after_second)
+        _seeded(tmp_path / "run", on_shard=_kill_after_second, block_shards=2)
     monkeypatch.setattr(run, "shard_seed", lambda seed, shard: shard_seed(seed, shard + 1))
-    records = _seeded(tmp_path / "run").records
+    records = _seeded(tmp_path / "run", block_shards=2).records
     assert len(records) == len(reference)
     assert not records.equals(reference)
 
@@ -178,9 +190,9 @@ def test_fingerprint_mismatch_discards_old_shards(tmp_path):
 
 
 def test_a_damaged_shard_is_recomputed(tmp_path):
-    _evaluate(tmp_path, n=4, shard=2)
+    _evaluate(tmp_path, n=4, shard=2, block_shards=1)
     shard_path(tmp_path, 1).write_bytes(b"not parquet")
-    result = _evaluate(tmp_path, n=4, shard=2)
+    result = _evaluate(tmp_path, n=4, shard=2, block_shards=1)
     assert (result.computed, result.reused) == (1, 1) and len(result.records) == 16
 
 

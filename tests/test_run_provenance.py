@@ -92,10 +92,14 @@ def test_a_stage_record_round_trips_and_bad_files_are_named(tmp_path):
 
 def test_the_identity_comes_from_the_stages_and_says_mixed_when_they_differ():
     one = {"a": _record("a"), "b": _record("b")}
-    assert joint_identity(one) == {"seed_set": "A", "cpu": "Xeon, family 6 model 207", "precision": "bf16"}
+    assert joint_identity(one) == {"seed_set": "A", "cpu": "Xeon, family 6 model 207", "precision": "bf16",
+                                   "threads": "2"}
     mixed = joint_identity({**one, "c": _record("c", cpu="EPYC, family 25 model 17")})
     assert mixed["cpu"] == "mixed: EPYC, family 25 model 17; Xeon, family 6 model 207"
-    assert joint_identity({}) == {"seed_set": "unknown", "cpu": "unknown", "precision": "unknown"}
+    assert joint_identity({}) == {"seed_set": "unknown", "cpu": "unknown", "precision": "unknown",
+                                  "threads": "unknown"}
+    other = joint_identity({**one, "c": _record("c", threads_label="4 (profile: 2)")})
+    assert other["threads"] == "mixed: 2; 4 (profile: 2)"  # a stage run with other threads is another draw
 
 
 # --------------------------------------------------------------------------- curves as stage outputs

@@ -45,13 +45,11 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
                      out: Path, curves: Curves = _no_curves) -> dict[str, Any]:
     """Build, train and save the base model into `out`; returns figures to log
     (sizes, whether bfloat16 autocast ran, final losses, demonstration counts, seconds per phase)."""
-    import torch
 
     bm, proto = params.base_model, params.common.protocol
     if bm.kind != "scratch" or not (bm.model and bm.pretrain and bm.sft and bm.demos and bm.vocab_size):
         raise InputError(f"{params.profile}.base_model: the recipe needs kind 'scratch' with model, "
                          "pretrain, sft, demos")
-    torch.set_num_threads(bm.threads)
     bf16 = resolve_bf16(bm.bf16)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()

@@ -1,7 +1,8 @@
-"""Which draw a run is: its seed set, the CPU kind it ran on and its precision path.
+"""Which draw a run is: its seed set, the CPU kind it ran on, its precision path and its threads.
 
-Two full runs of one recipe differ by these three things (docs/results.md#seed-sets): the
-seeds, and the floats, which follow from the CPU kind and whether bfloat16 is used. Every stage
+Two full runs of one recipe differ by these things (docs/results.md#seed-sets): the seeds, and
+the floats, which follow from the CPU kind, whether bfloat16 is used and how many threads split
+the sums (the profile's, unless MAOPD_THREADS asked for others: pipeline.threads). Every stage
 tags its MLflow run with them (pipeline.tracking.runs), so the MLflow UI compares one system across
 draws, and the draw command (scripts/draw.py) names the draws it keeps by them.
 """
@@ -17,6 +18,7 @@ import yaml
 
 from pipeline.draws.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed_sets
 from pipeline.precision import AUTO, resolve_bf16
+from pipeline.threads import requested_threads
 
 CUSTOM = "custom"  # seeds matching no set of configs/seed_sets.yaml
 UNKNOWN = "unknown"
@@ -56,18 +58,33 @@ def precision_path(profile_params: dict[str, Any]) -> str:
     return "mixed" if len(used) > 1 else ("bf16" if used == {True} else "float32")
 
 
+def threads_label(threads: int | str, profile_threads: int | str | None) -> str:
+    """A run's threads as its identity shows them: '2', or '4 (profile: 2)' when they are not the
+    profile's (another draw)."""
+    if profile_threads in (None, "", str(threads), threads):
+        return str(threads)
+    return f"{threads} (profile: {profile_threads})"
+
+
+def other_threads(label: str) -> bool:
+    """A threads label of a run that did not use its profile's threads."""
+    return "(profile:" in label
+
+
 def draw_tags(root: Path, profile: str) -> dict[str, str]:
     """The MLflow tags naming this checkout's draw; a value that cannot be read is 'unknown'."""
     params_file = root / "params.yaml"
     try:
         doc = yaml.safe_load(params_file.read_text()) or {}
         precision = precision_path(doc.get(profile) or {})
+        profile_threads = (doc.get(profile) or {}).get("threads")
+        threads = threads_label(requested_threads(profile_threads), profile_threads) if profile_threads else UNKNOWN
     except (OSError, yaml.YAMLError, AttributeError):
-        precision = UNKNOWN
+        precision = threads = UNKNOWN
     try:
         seed_sets = load_seed_sets(root / SEED_SETS_FILE)
         seed_set = (current_seed_set(params_file, seed_sets) or CUSTOM) if seed_sets.profile == profile else CUSTOM
     except Exception:
         seed_set = UNKNOWN
-    return {"draw.seed_set": seed_set, "draw.cpu": cpu_kind(), "draw.precision": precision}
+    return {"draw.seed_set": seed_set, "draw.cpu": cpu_kind(), "draw.precision": precision, "draw.threads": threads}
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.draws.identity import other_threads
 from pipeline.errors import InputError
 
 SCHEMA = 1
@@ -65,6 +66,7 @@ def draw_record(*, profile: str, identity: Mapping[str, str], test_questions: in
         "seed_set": identity["seed_set"],
         "cpu": identity["cpu"],
         "precision": identity["precision"],
+        "threads": identity.get("threads", "unknown"),
         "hashes": {kind: dict(sorted(values.items())) for kind, values in hashes.items()} if hashes else None,
         "test_questions": int(test_questions),
         "runs": int(results.runs),
@@ -283,8 +285,11 @@ def safe_name(text: str) -> str:
 
 
 def default_name(report: dict[str, Any]) -> str:
-    """<seed set>-<precision path>-<short cpu tag>, e.g. G-bf16-xeon-f6m207."""
-    return safe_name(f"{report['seed_set']}-{report['precision']}-{cpu_tag(report['cpu'])}")
+    """<seed set>-<precision path>-<short cpu tag>, e.g. G-bf16-xeon-f6m207; '-t4' after the
+    precision when the draw ran with 4 threads, not its profile's."""
+    threads = str(report.get("threads") or "")
+    other = f"-t{threads.split()[0]}" if other_threads(threads) else ""
+    return safe_name(f"{report['seed_set']}-{report['precision']}{other}-{cpu_tag(report['cpu'])}")
 
 
 def read_draw_report(path: Path, profile: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ only the floating-point sums differ.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -117,6 +118,37 @@ class Engine:
                 raise RuntimeError("engine: the model's weights changed while requests were decoding")
             self.cache.clear()
             self._version = version
+
+    def state_dict(self) -> dict:
+        """What decides this engine's later floats between rollouts (it must be idle): the prefix
+        cache when it holds keys and values of the current weights (else it is cleared at the
+        next step anyway) and the counters. pipeline.rl.run_state keeps it in a checkpoint."""
+        if not self.idle:
+            raise RuntimeError("engine: state asked for while requests are running")
+        fresh = self._version is not None and self._version == self.weights.version
+        return {"fresh": fresh, "clock": self.cache.clock, "stats": dataclasses.asdict(self.stats),
+                "cache": self.cache.state_dict() if fresh else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The engine as `state_dict` saw it, its weights already restored."""
+        if not self.idle:
+            raise RuntimeError("engine: state loaded while requests are running")
+        if state["fresh"]:
+            self.cache.load_state_dict(state["cache"], self.device)
+            self._version = self.weights.version
+        else:
+            self.cache.clear()
+            self._version = None
+        self.cache.clock = int(state["clock"])
+        self.stats = EngineStats(**state["stats"])
+
+    def reset(self) -> None:
+        """Forget everything earlier work left (an evaluation block starts here): the cached
+        prefixes and the recency clock."""
+        if not self.idle:
+            raise RuntimeError("engine: reset while requests are running")
+        self.cache.clear()
+        self.cache.clock = 0
 
     def _admit(self, layers) -> list[Row]:
         """Prefill the requests admitted this step; returns their rows."""

@@ -13,6 +13,10 @@ from being returned as it ran).
 Eviction is least-recently-used over leaves, by a step clock (never wall time), so what is cached,
 and hence what a run computes, is the same on every run. Cached values belong to one version of
 the weights: the owner clears the tree when they change.
+
+`state_dict` / `load_state_dict` carry the whole cache (tree, recency, free slots and the cached
+keys and values) across a training checkpoint, so a resumed run looks up and evicts exactly what
+the uninterrupted one does (pipeline.rl.run_state).
 """
 
 from __future__ import annotations
@@ -168,6 +172,55 @@ class PrefixCache:
             if parent is not self.root and not parent.children and id(parent) not in protected:
                 heapq.heappush(heap, (parent.used, order, parent))  # the parent became a leaf
                 order += 1
+
+    def state_dict(self) -> dict:
+        """Everything that decides later lookups: the tree in preorder (children in insertion
+        order), each node's tokens, slots and last use, the free slots in order, the clock, and
+        the keys and values of the slots in use. Tensors and plain numbers only."""
+        nodes, parents = [], []
+        stack = [(child, 0) for child in reversed(list(self.root.children.values()))]
+        while stack:
+            node, parent = stack.pop()
+            parents.append(parent)
+            nodes.append(node)
+            here = len(nodes)  # the root is 0
+            stack.extend((child, here) for child in reversed(list(node.children.values())))
+        slots = torch.cat([n.slots for n in nodes]) if nodes else torch.zeros(0, dtype=torch.long)
+        return {
+            "budget": self.budget, "clock": self.clock,
+            "free": torch.tensor(self.free, dtype=torch.long),
+            "parents": torch.tensor(parents, dtype=torch.long),
+            "used": torch.tensor([n.used for n in nodes], dtype=torch.long),
+            "lengths": torch.tensor([len(n.tokens) for n in nodes], dtype=torch.long),
+            "tokens": torch.tensor([t for n in nodes for t in n.tokens], dtype=torch.long),
+            "slots": slots.cpu(),
+            "slab_shape": list(self.slab.shape) if self.slab is not None else [],
+            "values": self.slab.index_select(2, slots).cpu() if self.slab is not None and nodes else torch.zeros(0),
+        }
+
+    def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
+        """The cache as `state_dict` saw it (a cache of the same budget)."""
+        if int(state["budget"]) != self.budget:
+            raise ValueError(f"prefix cache: a state of {state['budget']} tokens for a cache of {self.budget}")
+        self.clear()
+        self.clock = int(state["clock"])
+        self.free = state["free"].tolist()
+        shape = [int(x) for x in state["slab_shape"]]
+        if shape:
+            values = state["values"]
+            if self.slab is None or list(self.slab.shape) != shape or self.slab.dtype != values.dtype:
+                self.slab = torch.empty(shape, dtype=values.dtype, device=device)
+            if values.numel():
+                self.slab.index_copy_(2, state["slots"].to(self.slab.device), values.to(self.slab.device))
+        slots = state["slots"].to(self.slab.device) if self.slab is not None else state["slots"]
+        made = [self.root]
+        tokens, start = state["tokens"].tolist(), 0
+        for parent, used, length in zip(state["parents"].tolist(), state["used"].tolist(), state["lengths"].tolist()):
+            owner = made[parent]
+            node = _Node(tuple(tokens[start:start + length]), slots[start:start + length], owner, used)
+            owner.children[node.tokens[0]] = node
+            made.append(node)
+            start += length
 
     def _leaves(self, protected: set[int]) -> list[_Node]:
         """The unprotected leaves, in the order of a depth-first walk (the last child first)."""

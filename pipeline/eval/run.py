@@ -1,15 +1,20 @@
 """The 4-run evaluation of one system (docs/method.md §7), resumable shard by shard.
 
-Questions are cut, in file order, into shards of `shard_questions`. One rollout per
-shard runs every question `runs` times (n_traj = runs; trajectory k is run k) with one
-Answerer candidate, sampled with the shard's own seed. The rollouts of every shard not yet on
-disk are driven together (one scheduler for all of them, pipeline.agents.driver), and each is
-written atomically to `<out_dir>/shards/shard-00007.parquet` as soon as its last trajectory
-ends; a restarted evaluation skips the shards already there, and `<out_dir>/records.parquet`
-is the concatenation of all shards. With the in-process engine, which rows share a forward
-pass depends on what runs beside them, so a resumed evaluation computes its remaining shards
-with other floating-point sums than an uninterrupted one (the same distribution, possibly other
-tokens); an uninterrupted evaluation repeated on one machine is byte-identical.
+Questions are cut, in file order, into shards of `shard_questions`, and shards, in order, into
+blocks of `block_shards`. One rollout per shard runs every question `runs` times (n_traj = runs;
+trajectory k is run k) with one Answerer candidate, sampled with the shard's own seed. The
+rollouts of a block's shards are driven together (one scheduler for all of them,
+pipeline.agents.driver), and each is written atomically to
+`<out_dir>/shards/shard-00007.parquet` as soon as its last trajectory ends;
+`<out_dir>/records.parquet` is the concatenation of all shards.
+
+A block is a state boundary: it starts from an empty prefix cache and retriever memory and
+shares no forward pass with another block, so what it computes depends on its own shards only.
+A restarted evaluation skips the blocks whose shards are all on disk and computes the others
+whole (a block cut by a kill, its finished shards included), so a killed and resumed
+evaluation writes the same bytes as an uninterrupted one (docs/design.md#exact-resume). Which
+rows share a forward pass inside a block decides its floating-point sums, hence a kill loses at
+most one block of work.
 
 `<out_dir>/shards/fingerprint.json` holds a hash of everything that determines the
 records (questions, workflow config, runs, shard size, seed, system, the pipeline's source,
@@ -80,11 +85,12 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _fingerprint(rows: list[dict], cfg: WorkflowConfig, runs: int, shard_questions: int,
+def _fingerprint(rows: list[dict], cfg: WorkflowConfig, runs: int, shard_questions: int, block_shards: int | None,
                  seed: int, system: str, workflow: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     parts = {
         "questions": _digest(rows), "config": dataclasses.asdict(cfg), "runs": runs,
-        "shard_questions": shard_questions, "seed": seed, "system": system, "workflow": workflow,
+        "shard_questions": shard_questions, "block_shards": block_shards, "seed": seed, "system": system,
+        "workflow": workflow,
         "code": code_version(),  # shards of other code are recomputed
         "extra": dict(extra),
     }
@@ -120,6 +126,15 @@ def _finished(path: Path, rows: list[dict], runs: int) -> bool:
     return len(got) == len(expected) and set(got) == expected
 
 
+def start_block(backend: PolicyBackend, retriever: Retriever) -> None:
+    """Empty what earlier blocks left: the engine's prefix cache and the retriever's memory."""
+    engine = getattr(backend, "engine", None)
+    if engine is not None and hasattr(engine, "reset"):
+        engine.reset()
+    if hasattr(retriever, "forget"):
+        retriever.forget()
+
+
 def evaluate_system(
     questions: pd.DataFrame | list[dict],
     backend: PolicyBackend,
@@ -135,14 +150,17 @@ def evaluate_system(
     fingerprint_extra: Mapping[str, Any] | None = None,
     on_shard: ShardHook | None = None,
     progress: bool = True,
+    block_shards: int | None = None,
 ) -> EvalResult:
     """Evaluate `system` on every question `runs` times; write shards and records.parquet.
 
-    `on_shard(index, records)` is called after each newly computed shard is on disk
-    (tests use it to simulate a kill). Returns the concatenated records.
+    `block_shards`: shards per block (None: one block of all shards). `on_shard(index,
+    records)` is called after each newly computed shard is on disk (tests use it to simulate a
+    kill). Returns the concatenated records.
     """
-    if runs < 1 or shard_questions < 1:
-        raise InputError(f"eval: runs and shard_questions must be >= 1, got {runs}, {shard_questions}")
+    if runs < 1 or shard_questions < 1 or (block_shards is not None and block_shards < 1):
+        raise InputError(f"eval: runs, shard_questions and block_shards must be >= 1, got {runs}, {shard_questions}, "
+                         f"{block_shards}")
     if cfg.n_candidates != 1:
         raise InputError("eval: expected 1 Answerer candidate (common.protocol.eval_candidates), "
                          f"got {cfg.n_candidates}")
@@ -151,27 +169,33 @@ def evaluate_system(
     rows = question_rows(questions)
     if not rows:
         raise InputError("eval: no test questions")
-    fingerprint = _fingerprint(rows, cfg, runs, shard_questions, seed, system, workflow, fingerprint_extra or {})
+    fingerprint = _fingerprint(rows, cfg, runs, shard_questions, block_shards, seed, system, workflow,
+                               fingerprint_extra or {})
     _prepare_shard_dir(out_dir / "shards", fingerprint)
 
     shards = [rows[i : i + shard_questions] for i in range(0, len(rows), shard_questions)]
-    todo = [i for i in range(len(shards)) if not _finished(shard_path(out_dir, i), shards[i], runs)]
-    bar = tqdm(total=len(shards), initial=len(shards) - len(todo), desc=f"evaluate {system}", unit="shard",
+    per_block = block_shards or len(shards)
+    blocks = [list(range(b, min(b + per_block, len(shards)))) for b in range(0, len(shards), per_block)]
+    todo = [block for block in blocks
+            if not all(_finished(shard_path(out_dir, i), shards[i], runs) for i in block)]
+    computed = sum(len(block) for block in todo)
+    bar = tqdm(total=len(shards), initial=len(shards) - computed, desc=f"evaluate {system}", unit="shard",
                disable=not progress)
 
-    def write_shard(position: int, rollout) -> None:
-        index = todo[position]
-        records = score_rollout(rollout, system)
-        write_parquet(shard_path(out_dir, index), records)
-        bar.update(1)
-        if on_shard is not None:
-            on_shard(index, records)
+    for block in todo:
+        def write_shard(position: int, rollout, block=block) -> None:
+            index = block[position]
+            records = score_rollout(rollout, system)
+            write_parquet(shard_path(out_dir, index), records)
+            bar.update(1)
+            if on_shard is not None:
+                on_shard(index, records)
 
-    if todo:
-        run_workflows(workflow, [(shards[i], shard_seed(seed, i)) for i in todo], backend, retriever, cfg,
+        start_block(backend, retriever)
+        run_workflows(workflow, [(shards[i], shard_seed(seed, i)) for i in block], backend, retriever, cfg,
                       n_traj=runs, on_rollout=write_shard)
     bar.close()
-    computed, reused = len(todo), len(shards) - len(todo)
+    reused = len(shards) - computed
 
     records = pd.concat([pd.read_parquet(shard_path(out_dir, i)) for i in range(len(shards))],
                         ignore_index=True)

@@ -112,6 +112,24 @@ class DenseRetriever:
                 self._memory.popitem(last=False)
         return [list(known[q] if q in known else found[q]) for q in queries]
 
+    def memory_state(self) -> list:
+        """The remembered queries, least recently used first: [query, k, [[id, title, text,
+        score], ...]] each (plain lists, so a training checkpoint keeps them: pipeline.rl.run_state)."""
+        with self._memory_lock:
+            return [[q, k, [[p.id, p.title, p.text, p.score] for p in hits]] for (q, k), hits in self._memory.items()]
+
+    def load_memory_state(self, state: list) -> None:
+        """The memory as `memory_state` saw it."""
+        memory = OrderedDict(((str(q), int(k)), [Passage(str(i), str(t), str(x), float(s)) for i, t, x, s in hits])
+                             for q, k, hits in state)
+        with self._memory_lock:
+            self._memory = memory
+
+    def forget(self) -> None:
+        """Empty the query memory (an evaluation block starts here)."""
+        with self._memory_lock:
+            self._memory.clear()
+
     def neighbours(self, texts: Sequence[str], k: int) -> list[list[Passage]]:
         """The k passages nearest to each of the index's own passages `texts` (found by their
         stored vectors: nothing is encoded), best first, the passage itself usually first."""

@@ -1,13 +1,15 @@
 """Resumable training checkpoints: `<checkpoint_dir>/step-XXXX/`, written atomically.
 
-A checkpoint folder (format 2) holds
+A checkpoint folder (format 3) holds
   - the HF folder of the weights (config.json, model.safetensors, tokenizer files);
   - `checkpoint.json`: format, completed steps, the run's fingerprint (a checkpoint of a run
     with other numbers or inputs is never resumed), the metric history logged up to this step
     and the caller's `meta` (the training stage keeps its MLflow run id there);
   - `trainer_state.pt`: the optimizer state and the torch (CPU and CUDA), numpy and python RNG
     states as tensors and plain numbers, so it loads with `torch.load(weights_only=True)` and
-    no pickled code ever runs.
+    no pickled code ever runs;
+  - `run_state.pt`: the caller's run state (pipeline.rl.run_state: the retriever's memory and
+    the engines' prefix caches), loaded the same way.
 The last `keep` checkpoints are kept. A folder appears only once complete, so a run killed
 mid-write resumes from the previous one. A checkpoint that cannot be read (damaged file, an
 older format) is skipped with a warning naming it, and the newest readable one is resumed.
@@ -33,9 +35,10 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from pipeline.io import atomic_dir, recover_interrupted_in
 
-FORMAT = 2
+FORMAT = 3
 META_FILE = "checkpoint.json"
 STATE_FILE = "trainer_state.pt"
+RUN_STATE_FILE = "run_state.pt"
 _STEP_DIR = re.compile(r"^step-(\d{4,})$")
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class Checkpoint:
     fingerprint: str
     history: list[dict] = field(default_factory=list)  # {"step": s, **metrics}, as logged
     meta: dict[str, str] = field(default_factory=dict)
+    run_state: dict[str, Any] = field(default_factory=dict)  # filled by load_latest
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -104,6 +108,7 @@ def save_checkpoint(
     keep: int = 2,
     history: Sequence[dict] = (),
     meta: dict[str, str] | None = None,
+    run_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write step-XXXX atomically, then delete all but the newest `keep` checkpoints."""
     path = step_dir(root, step)
@@ -111,6 +116,7 @@ def save_checkpoint(
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         torch.save({"optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp / STATE_FILE)
+        torch.save(dict(run_state or {}), tmp / RUN_STATE_FILE)
         record = {"format": FORMAT, "step": step, "fingerprint": fingerprint, "meta": dict(meta or {}),
                   "history": list(history)}
         (tmp / META_FILE).write_text(json.dumps(record, indent=1) + "\n")
@@ -164,13 +170,14 @@ def read_checkpoint(path: Path) -> Checkpoint:
         json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise UnreadableCheckpoint(f"{path / 'config.json'}: not readable ({e})") from None
-    try:
-        with zipfile.ZipFile(path / STATE_FILE) as archive:
-            bad = archive.testzip()
-        if bad is not None:
-            raise UnreadableCheckpoint(f"{path / STATE_FILE}: member {bad} fails its CRC check")
-    except (OSError, zipfile.BadZipFile) as e:
-        raise UnreadableCheckpoint(f"{path / STATE_FILE}: not a readable torch archive ({e})") from None
+    for name in (STATE_FILE, RUN_STATE_FILE):
+        try:
+            with zipfile.ZipFile(path / name) as archive:
+                bad = archive.testzip()
+            if bad is not None:
+                raise UnreadableCheckpoint(f"{path / name}: member {bad} fails its CRC check")
+        except (OSError, zipfile.BadZipFile) as e:
+            raise UnreadableCheckpoint(f"{path / name}: not a readable torch archive ({e})") from None
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise UnreadableCheckpoint(f"{path}: no *.safetensors weights")
@@ -209,7 +216,8 @@ def load_latest(
     root: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, fingerprint: str
 ) -> Checkpoint | None:
     """Restore weights, optimizer and RNG states from the newest readable matching checkpoint,
-    if any (an older one when a newer fails to load, with a warning naming it)."""
+    if any (an older one when a newer fails to load, with a warning naming it); the checkpoint's
+    run state is in its `run_state`, for the caller to restore."""
     for ckpt in _readable(root, fingerprint):
         try:
             state: dict[str, Any] = torch.load(ckpt.path / STATE_FILE, weights_only=True)
@@ -217,6 +225,7 @@ def load_latest(
             saved = AutoModelForCausalLM.from_pretrained(ckpt.path, local_files_only=True, dtype=dtype)
             weights = saved.state_dict()
             optimizer_state, rng = state["optimizer"], state["rng"]
+            ckpt.run_state = torch.load(ckpt.path / RUN_STATE_FILE, weights_only=True)
         except Exception as e:  # torch, safetensors and transformers each raise their own types
             log.warning("skipping unreadable checkpoint: %s: %s: %s", ckpt.path, type(e).__name__, e)
             continue

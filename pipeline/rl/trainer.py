@@ -18,7 +18,9 @@ One step (`train` below, top to bottom):
      log-probs and entropy with gradients on the recorded token ids (never re-tokenised), verl's
      vanilla clipped loss with token-mean, entropy bonus, gradient clip;
   8. dev evaluation at step 0, every `eval_every` steps and at the end; checkpoint every
-     `checkpoint_every` steps and at the end (pipeline.rl.checkpoint); metrics to `log_fn`.
+     `checkpoint_every` steps and at the end (pipeline.rl.checkpoint, with the run state of
+     pipeline.rl.run_state: the retriever's memory and the engines' caches, so a resumed run
+     computes what an uninterrupted one does, bit for bit); metrics to `log_fn`.
 
 What each system trains, with which Teacher and judge, is its record in pipeline.systems. The
 Stage-II student always starts from the base weights; the Teacher and the judge are frozen.
@@ -63,6 +65,7 @@ from pipeline.policy.encoding import truncate_left
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.policy.logprobs import pack_prompt_response, response_logprobs
 from pipeline.retrieval.base import Retriever
+from pipeline.rl import run_state
 from pipeline.rl.advantages import compute_advantages
 from pipeline.rl.audit import write_audit
 from pipeline.rl.batch import pad_column
@@ -347,6 +350,13 @@ def checkpoint_fingerprint(cfg: TrainConfig, inputs_fingerprint: str) -> str:
     return f"{cfg.fingerprint()}-{inputs_fingerprint}-code-{code_version()}"
 
 
+def _backends(inputs: TrainInputs) -> dict[str, object]:
+    """The models of a run whose engines carry state from step to step."""
+    return {role: backend for role, backend in (("policy", inputs.policy), ("teacher", inputs.teacher),
+                                                 ("judge", inputs.judge), ("reference", inputs.reference))
+            if backend is not None}
+
+
 def _finite(metrics: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
 
@@ -375,6 +385,8 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
 
     workflow = trained_system(cfg.system).workflow
     contexts = inputs.start.contexts if inputs.start is not None else reference_contexts(cfg.dev, inputs)
+    if resumed:  # after the reference's rollout above, which every run makes from a cold start
+        run_state.restore(resumed.run_state, inputs.retriever, _backends(inputs))
     if start == 0:
         log(0, dict(inputs.start.metrics) if inputs.start is not None else
             dev_evaluate(cfg.dev, workflow, inputs, contexts))
@@ -396,7 +408,8 @@ def train(cfg: TrainConfig, inputs: TrainInputs, log_fn: LogFn | None = None,
             log(done, dev_evaluate(cfg.dev, workflow, inputs, contexts))
         if inputs.checkpoint_dir is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(inputs.checkpoint_dir, done, model, policy.tokenizer, optimizer, fingerprint,
-                            keep=KEEP_CHECKPOINTS, history=result.history, meta=inputs.checkpoint_meta)
+                            keep=KEEP_CHECKPOINTS, history=result.history, meta=inputs.checkpoint_meta,
+                            run_state=run_state.capture(inputs.retriever, _backends(inputs)))
             if on_checkpoint is not None:
                 on_checkpoint(done)
     return result

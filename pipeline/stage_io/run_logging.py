@@ -14,7 +14,7 @@ from pipeline.eval.run import model_fingerprint
 from pipeline.provenance import git_commit
 from pipeline.tracking.artifacts import KIND_TAG, WEIGHTS_SHA_TAG, log_audit, log_curves, log_model
 
-DRAW_KEYS = ("draw.seed_set", "draw.cpu", "draw.precision")  # the draw identity's tags (draw_tags)
+DRAW_KEYS = ("draw.seed_set", "draw.cpu", "draw.precision", "draw.threads")  # the draw identity's tags (draw_tags)
 
 
 def version_tags(root: Path, profile: str, stage: str) -> dict[str, str]:

@@ -86,7 +86,7 @@ def run_evaluate(params: Params, root: Path, system_name: str) -> dict:
         out_dir = eval_dir(root, system_name)
         result = evaluate_system(questions, backend, retriever, cfg, runs, params.eval.shard_questions, out_dir,
                                  params.eval.seed, system=system_name, workflow=sys_.workflow,
-                                 fingerprint_extra=extra)
+                                 fingerprint_extra=extra, block_shards=params.eval.block_shards)
         records = result.records
         metrics = evaluation_metrics(records, runs)
         metrics.update({"records": len(records), "shards_computed": result.computed, "shards_reused": result.reused,

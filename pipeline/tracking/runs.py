@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.code_version import code_version
-from pipeline.draws.identity import draw_tags
+from pipeline.draws.identity import draw_tags, other_threads
 from pipeline.provenance import git_commit
 from pipeline.tracking.stage_record import StageRecord, write_record
 
@@ -214,7 +214,8 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
                 client.set_tag(run_id, f"attempt_{attempt - 1}_end", previous.data.tags[END_REASON_TAG])
                 client.delete_tag(run_id, END_REASON_TAG)
         else:
-            mlflow.start_run(run_name=stage)
+            threads = draw_tags(root or REPO_ROOT, profile)["draw.threads"]
+            mlflow.start_run(run_name=f"{stage} [{threads} threads]" if other_threads(threads) else stage)
             attempt, logged = 1, {}
         try:
             pid = os.getpid()
@@ -243,7 +244,7 @@ def stage_run(stage: str, profile: str, params: Mapping[str, Any] | None = None,
                     stage=stage, run_id=run.info.run_id, experiment_id=run.info.experiment_id,
                     experiment=experiment_name(profile), profile=profile, seed_set=identity["draw.seed_set"],
                     cpu=identity["draw.cpu"], precision=identity["draw.precision"], commit=identity["git_commit"],
-                    code=code_version(), threads=str(_torch_threads())))
+                    code=code_version(), threads=str(_torch_threads()), threads_label=identity["draw.threads"]))
 
 
 def _torch_threads() -> int | str:

@@ -45,9 +45,15 @@ class StageRecord:
     commit: str  # pipeline.provenance.git_commit of the checkout the stage ran in
     code: str  # pipeline.code_version: the source hash of the pipeline package
     threads: str = ""  # the stage's torch threads (empty: not recorded)
+    # its threads as the draw's identity names them ('2'; '4 (profile: 2)' when not the profile's)
+    threads_label: str = ""
 
     def identity(self) -> dict[str, str]:
-        return {"seed_set": self.seed_set, "cpu": self.cpu, "precision": self.precision}
+        return {"seed_set": self.seed_set, "cpu": self.cpu, "precision": self.precision,
+                "threads": self.threads_label or self.threads or "unknown"}
+
+
+OPTIONAL = ("threads", "threads_label")  # fields older records lack
 
 
 def write_record(root: Path, record: StageRecord) -> Path:
@@ -71,7 +77,7 @@ def read_record(root: Path, stage: str) -> StageRecord | None:
                          f"{data.get('schema') if isinstance(data, dict) else type(data).__name__!r}")
     values = {}
     for f in fields(StageRecord):
-        value = data.get(f.name, f.default if f.name == "threads" else None)
+        value = data.get(f.name, f.default if f.name in OPTIONAL else None)
         if not isinstance(value, str):
             raise InputError(f"{path}: field '{f.name}': expected a string, got {value!r}")
         values[f.name] = value
@@ -91,11 +97,11 @@ def read_records(root: Path, stages: Iterable[str]) -> dict[str, StageRecord]:
 
 
 def joint_identity(records: Mapping[str, StageRecord]) -> dict[str, str]:
-    """The seed set, CPU kind and precision path of the stages that made a run's outputs: one
+    """The seed set, CPU kind, precision path and threads of the stages that made a run's outputs: one
     value each when every stage agrees, else 'mixed: a; b' (some stages made elsewhere), and
     'unknown' without any record."""
     out = {}
-    for key in ("seed_set", "cpu", "precision"):
+    for key in ("seed_set", "cpu", "precision", "threads"):
         values = sorted({r.identity()[key] for r in records.values()})
         out[key] = values[0] if len(values) == 1 else ("mixed: " + "; ".join(values) if values else "unknown")
     return out
