@@ -165,26 +165,28 @@ def test_a_sigkilled_training_resumes_to_the_same_weights(prepared, uninterrupte
 
 
 def test_a_crowded_training_makes_the_same_weights(prepared, uninterrupted):
+    """Stage II, whose Teacher-scored advantages move the weights at every step (the random
+    Teacher's rewards tie, so in Stage I only the rollouts could show a difference)."""
     root = _copy(prepared, "crowded")
-    shutil.rmtree(root / "data" / "models" / "c_mas_rl", ignore_errors=True)
+    shutil.rmtree(root / "data" / "models" / "multiagent_opd", ignore_errors=True)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
-        _finish(_start(root, prepared, "c_mas_rl"))
+        _finish(_start(root, prepared, "multiagent_opd"))
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    _same_run(uninterrupted["c_mas_rl"], root, "c_mas_rl")
+    _same_run(uninterrupted["multiagent_opd"], root, "multiagent_opd")
 
 
 def test_the_shell_cannot_change_a_stages_threads(prepared, uninterrupted):
     root = _copy(prepared, "one-thread")
-    shutil.rmtree(root / "data" / "models" / "c_mas_rl", ignore_errors=True)
-    _finish(_start(root, prepared, "c_mas_rl", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
+    shutil.rmtree(root / "data" / "models" / "multiagent_opd", ignore_errors=True)
+    _finish(_start(root, prepared, "multiagent_opd", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
     profile_threads = load_params(prepared / "params.yaml", profile="ci").threads
     assert profile_threads > 1  # else the check below could not fail
-    assert read_record(root, "train@c_mas_rl").threads == str(profile_threads)
-    _same_run(uninterrupted["c_mas_rl"], root, "c_mas_rl")
+    assert read_record(root, "train@multiagent_opd").threads == str(profile_threads)
+    _same_run(uninterrupted["multiagent_opd"], root, "multiagent_opd")
 
 
 class Killed(BaseException):
