@@ -1,8 +1,9 @@
 """What exact resume costs an evaluation: one system's test evaluation with its shards in one
 block (every shard driven together, as before blocks existed) and in blocks of N shards (each
 block from empty caches, none sharing a forward pass with another), back to back, each in its
-own process; prints seconds, peak RSS and the ratio to one block, and whether the one-block
-records equal the records already in data/eval/<system>/ (the stage's own output).
+own process; prints seconds, peak RSS, the ratio to one block, and whether each setting's
+records equal the records already in data/eval/<system>/ (the stage's own output: the
+profile's `eval.block_shards` should).
 
     python benchmarks/bench_eval_blocks.py [--system h_mas_base] [--blocks 40 20]
 
@@ -64,15 +65,13 @@ def main() -> int:
             child = subprocess.run([sys.executable, __file__, "--system", args.system, "--one", str(blocks),
                                     "--out", str(out)], capture_output=True, text=True, check=True)
             row = json.loads(child.stdout.strip().splitlines()[-1])
-            if blocks == 0:
-                committed = ROOT / "data" / "eval" / args.system / "records.parquet"
-                row["equals_stage_output"] = committed.is_file() and pd.read_parquet(out / "records.parquet").equals(
-                    pd.read_parquet(committed))
+            committed = ROOT / "data" / "eval" / args.system / "records.parquet"
+            same = committed.is_file() and pd.read_parquet(out / "records.parquet").equals(pd.read_parquet(committed))
             rows.append(row)
             base = rows[0]["seconds"]
             print(f"{args.system}: block_shards {row['block_shards'] or 'all'}: {row['seconds']:.1f} s "
-                  f"({row['seconds'] / base:.3f}x one block), peak RSS {row['peak_rss_mb']:.0f} MB"
-                  + (f", records equal the stage's: {row['equals_stage_output']}" if blocks == 0 else ""), flush=True)
+                  f"({row['seconds'] / base:.3f}x one block), peak RSS {row['peak_rss_mb']:.0f} MB, "
+                  f"records equal data/eval/{args.system}/'s: {same}", flush=True)
     return 0
 
 
