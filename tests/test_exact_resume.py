@@ -29,7 +29,6 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from safetensors.torch import load_file
 
 from pipeline.config import load_params, workflow_config
 from pipeline.policy.hf_backend import save_hf_folder
@@ -37,6 +36,7 @@ from pipeline.stages import STAGES
 from pipeline.tracking.stage_record import read_record
 from tests.conftest import REPO_ROOT
 from tests.test_rl_trainer import tiny_model, tiny_tokenizer
+from tests.test_stage_resume import _finish, _weights
 
 pytestmark = pytest.mark.slow
 STEPS = 3
@@ -96,16 +96,6 @@ def _start(root: Path, prepared: Path, system: str, **env: str) -> subprocess.Po
         [sys.executable, "-m", "pipeline", "--params", str(prepared / "params.yaml"), "--root", str(root),
          "run", "train", system],
         cwd=REPO_ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _finish(proc: subprocess.Popen) -> str:
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-4000:]
-    return out
-
-
-def _weights(root: Path, system: str) -> dict[str, torch.Tensor]:
-    return load_file(root / "data" / "models" / system / "model.safetensors")
 
 
 def _differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
