@@ -207,11 +207,12 @@ STAGES: tuple[Stage, ...] = (
           outs=("data/eval/${key}/records.parquet",),
           foreach={s.name: {"weights": s.weights} for s in SYSTEMS}, arg="${key}"),
     Stage("report", "Tables, figures and metrics beside the published numbers from DVC-tracked files only: the "
-          "evaluation records (not the shards), the training stages' curves and every stage's record of the MLflow "
-          "run that made its outputs (data/runs/, what the report's links open); nothing is read from MLflow. "
+          "evaluation records (not the shards), the index's passages (the facts-read measure), the training "
+          "stages' curves and every stage's record of the MLflow run that made its outputs (data/runs/, what the "
+          "report's links open); nothing is read from MLflow. "
           "The kept draws (reports/<profile>/draws/, scripts/draw.py) are a dep: keeping one re-makes the report; "
           "draw.json is this run's record, which a kept draw copies.",
-          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits",
+          data=(*(f"data/eval/{s.name}/records.parquet" for s in SYSTEMS), "data/splits", "data/index",
                 *(f"data/models/{w}" for w in dict.fromkeys(s.weights for s in SYSTEMS)),
                 *(f"data/curves/{s.name}.csv" for s in TRAINED), "data/runs/splits.json", "data/runs/corpus.json",
                 "data/runs/validate_splits.json", "data/runs/index.json", "data/runs/base_model.json",

@@ -36,6 +36,14 @@ from pipeline.eval.bootstrap import paired_bootstrap
 from pipeline.eval.funnel_metrics import BY_KEY, category_of, has_funnel, paired_rate_gap, rate_value
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
+from pipeline.eval.stated_reads import (
+    BY_STATED_KEY,
+    has_stated,
+    hops_by_question,
+    index_passages,
+    reads_table,
+    stated_columns,
+)
 from pipeline.io import write_parquet
 from pipeline.policy.hf_backend import HFBackend
 from pipeline.stage_io.inputs import open_eval_backend, open_retriever, read_split, require_model
@@ -71,6 +79,23 @@ def role_figures(records: pd.DataFrame) -> str:
             + (f", {two_hop['search_actions'].mean():.2f} searches per 2-hop question" if len(two_hop) else ""))
 
 
+def stated_figures(records: pd.DataFrame, label: str) -> str:
+    """Facts read on single-hop questions (pipeline.eval.stated_reads): fidelity on the stating
+    passage and the share of stating reads whose report is the right sentence copied wrong."""
+    if not has_stated(records):
+        return ""
+    one = reads_table(records, [label]).set_index("category")
+    if "single-hop" not in one.index:
+        return ""
+    row = one.loc["single-hop"]
+    return (f", single-hop: stating passage read by {row['stated']:.1f}% of calls, fidelity on it "
+            f"{row['fidelity_stated']:.1f}%, right sentence copied wrong {row['copied_wrong']:.1f}%")
+
+
+def single_hop(records: pd.DataFrame) -> pd.DataFrame:
+    return records[[category_of(f, n) == "single-hop" for f, n in zip(records["family"], records["n_hops"])]]
+
+
 def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "cascade", heldout: int = 0) -> None:
     if len(models) < 2:
         raise InputError("dev_gap: give OUT and at least two label=model_dir arguments (the first is the reference)")
@@ -80,6 +105,8 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
     params = load_params("params.yaml")
     dev = held_out_split(params, heldout, out) if heldout else read_split(root, "dev")
     retriever = open_retriever(root)
+    hops = hops_by_question(dev, "the scored questions")
+    passages = index_passages(pd.read_parquet(root / "data/index/passages.parquet"), "data/index/passages.parquet")
     cfg = workflow_config(params, params.eval.rollout, params.common.protocol.eval_candidates)
     records = []
     for label, model, reference in models:
@@ -87,11 +114,14 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
         backend = open_model(model, reference, params.engine)
         r = evaluate_system(dev, backend, retriever, cfg, RUNS, SHARD, out / label, SEED, system=label,
                             workflow=workflow, progress=False).records
+        if has_funnel(r) and "searcher_passage_ids" in r and any(hops.values()):
+            r = stated_columns(r, hops, passages)
         records.append(r)
         source = f"{REFERENCE if reference else ''}{model}"
         print(f"{label} ({source}): EM {100 * r['strict_correct'].astype(float).mean():.2f}%, "
               f"{r['search_actions'].mean():.2f} searches per workflow, "
-              f"forced answers {100 * r['forced_answer'].astype(float).mean():.1f}%{role_figures(r)} "
+              f"forced answers {100 * r['forced_answer'].astype(float).mean():.1f}%{role_figures(r)}"
+              f"{stated_figures(r, label)} "
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
     scores = per_question_scores(pd.concat(records, ignore_index=True), runs=RUNS)
     reference = models[0][0]
@@ -108,6 +138,13 @@ def main(out: Path, models: list[tuple[str, Path, bool]], workflow: str = "casca
             if fidelity is not None:
                 line += (f"; Searcher fidelity {fidelity['diff']:+.2f} points "
                          f"[{fidelity['low']:+.2f}, {fidelity['high']:+.2f}]")
+        if has_stated(both):
+            for key, name in (("searcher_fidelity_stated", "single-hop fidelity on the stating passage"),
+                              ("copied_wrong_share", "single-hop right sentence copied wrong")):
+                gap = paired_rate_gap(single_hop(both), label, reference, BY_STATED_KEY[key], draws=DRAWS, seed=0,
+                                      level=0.95)
+                if gap is not None:
+                    line += f"; {name} {gap['diff']:+.2f} points [{gap['low']:+.2f}, {gap['high']:+.2f}]"
         print(line)
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 

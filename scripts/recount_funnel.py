@@ -7,6 +7,10 @@ the raw columns the records keep (each Searcher call's task, report and passage 
 handed to the Answerer), the test split's hops and the index's passages, with its own normalisation
 and whole-word matching; checks every record's funnel columns against the recount; then recounts
 the figures the report prints (reports/metrics.json: systems.<system>.funnel) and compares them.
+Where the split has hops (the synthetic world), it also recounts the facts read
+(pipeline.eval.stated_reads): per Searcher call, the hops whose stating passage (titled by the hop's
+subject, holding its answer) it read, whether its report kept one, and the class of a miss by the
+report's closest passage sentence; and the report's facts-read figures.
 Prints one line per system and exits 1 on any disagreement.
 """
 
@@ -17,6 +21,8 @@ import json
 import re
 import string
 import sys
+from collections import Counter
+from difflib import SequenceMatcher
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +40,73 @@ def norm(text: str) -> str:
 def held(text: str, aliases) -> bool:
     padded = f" {norm(text)} "
     return any(norm(a) and f" {norm(a)} " in padded for a in aliases)
+
+
+def split_sentences(text: str) -> list[tuple[str, ...]]:
+    return [tuple(norm(s).split()) for s in re.split(r"(?<=\.)\s+", str(text)) if norm(s)]
+
+
+def miss_class(report: str, ids, texts: dict[str, str], stating: list[tuple[str, ...]]) -> str:
+    mine = split_sentences(report)
+    if not mine:
+        return "empty"
+    scored = [(SequenceMatcher(None, r, c, autojunk=False).ratio(), -n, r, c)
+              for n, (r, c) in enumerate((r, c) for c in (c for p in ids for c in split_sentences(texts[p]))
+                                         for r in mine)]
+    if not scored:
+        return "other_copied_wrong"
+    _, _, r, c = max(scored)
+    return "copied_wrong" if c in stating else ("other_verbatim" if r == c else "other_copied_wrong")
+
+
+def recount_stated(row, hops, family: str | None, titles: dict[str, str], texts: dict[str, str]) -> dict:
+    """The facts-read columns of one record, written out again."""
+    gold = list(row.golden_answers)
+    targets = [[h["answer"]] for h in hops]
+    if family != "comparison":
+        targets[-1] = targets[-1] + gold
+    hop_stated, calls, kept, misses = [False] * len(hops), 0, 0, Counter()
+    for ids, report, task in zip(row.searcher_passage_ids, row.searcher_reports, row.searcher_tasks):
+        ids = [str(p) for p in ids]
+        stated = [i for i, h in enumerate(hops) if not held(task, targets[i]) and any(
+            norm(titles[p]) == norm(h.get("title", "")) and held(texts[p], targets[i]) for p in ids)]
+        for i in stated:
+            hop_stated[i] = True
+        calls += bool(stated)
+        if stated and any(held(report, targets[i]) for i in stated):
+            kept += 1
+        elif stated:
+            h, t = hops[stated[0]], targets[stated[0]]
+            stating = [c for p in ids if norm(titles[p]) == norm(h.get("title", "")) and held(texts[p], t)
+                       for c in split_sentences(texts[p]) if held(" ".join(c), t)]
+            misses[miss_class(report, ids, texts, stating)] += 1
+    return {"hop_stated": hop_stated, "searcher_calls_stated": calls, "searcher_calls_stated_kept": kept,
+            **{f"miss_{m}": misses[m] for m in MISSES}}
+
+
+MISSES = ("copied_wrong", "other_verbatim", "other_copied_wrong", "empty")
+
+
+def stated_figures(frame: pd.DataFrame) -> dict[str, float | None]:
+    """The report's facts-read figures of one system (metrics.json funnel keys)."""
+    out = {"searcher_fidelity_stated": ratio(frame["searcher_calls_stated_kept"].sum(),
+                                             frame["searcher_calls_stated"].sum(), 100),
+           "copied_wrong_share": ratio(frame["miss_copied_wrong"].sum(), frame["searcher_calls_stated"].sum(), 100)}
+    frame = frame[frame["kind"].notna()]
+    for name, part in [("all", frame), *((k, frame[frame["kind"] == k]) for k in
+                                         ("single-hop", "2-hop", "3-hop", "comparison"))]:
+        if not len(part):
+            continue
+        calls, stated = part["searcher_calls"].sum(), part["searcher_calls_stated"].sum()
+        retrieved = [bool(v) for vs in part["hop_retrieved"] for v in vs]
+        read_hops = [bool(v) for vs in part["hop_stated"] for v in vs]
+        out.update({f"{name}_read": ratio(part["searcher_calls_read"].sum(), calls, 100),
+                    f"{name}_stated": ratio(stated, calls, 100),
+                    f"{name}_fidelity_stated": ratio(part["searcher_calls_stated_kept"].sum(), stated, 100),
+                    **{f"{name}_{m}": ratio(part[f"miss_{m}"].sum(), stated, 100) for m in MISSES},
+                    f"{name}_hops_retrieved": ratio(sum(retrieved), len(retrieved), 100),
+                    f"{name}_hops_stated": ratio(sum(read_hops), len(read_hops), 100)})
+    return out
 
 
 def recount_row(row, hops, family: str | None, contents: dict[str, str]) -> dict:
@@ -112,6 +185,8 @@ def main(argv: list[str]) -> int:
     families = dict(zip(test["id"].astype(str), test["family"] if "family" in test else [None] * len(test)))
     index = pd.read_parquet(root / "data/index/passages.parquet")
     contents = dict(zip(index["id"].astype(str), index["title"] + "\n" + index["text"]))
+    ids = index["id"].astype(str)
+    titles, texts = dict(zip(ids, index["title"])), dict(zip(ids, index["text"]))
     printed = json.loads((root / "reports/metrics.json").read_text())["systems"]
     failures = 0
     for folder in sorted((root / "data/eval").iterdir()):
@@ -134,17 +209,25 @@ def main(argv: list[str]) -> int:
                         list(stored) if key.startswith("hop_") else stored):
                     mismatched += 1
                     break
+            if hops.get(qid):
+                got.update(recount_stated(row, hops[qid], families.get(qid), titles, texts))
             rows.append({**got, "kind": kind(families.get(qid), hops.get(qid)),
                          "strict_correct": bool(row.strict_correct), "search_actions": int(row.search_actions),
                          **{k: got.get(k) for k in ("hop_retrieved", "hop_reported", "hop_handed")}})
-        recount = figures(pd.DataFrame(rows))
+        frame = pd.DataFrame(rows)
+        recount = figures(frame)
+        if "searcher_calls_stated" in frame:
+            recount.update(stated_figures(frame[frame["searcher_calls_stated"].notna()]))
         report = printed.get(system, {}).get("funnel", {})
         differ = {k: (v, report.get(k)) for k, v in recount.items()
                   if (v is None) != (report.get(k) is None) or (v is not None and abs(report[k] - v) > TOLERANCE)}
         failures += mismatched + len(differ)
         print(f"{system}: {len(records)} records, {mismatched} whose funnel columns differ from the recount; "
               f"fidelity {_shown(recount['searcher_fidelity'])} (report {_shown(report.get('searcher_fidelity'))}), "
-              f"{len(recount) - len(differ)} of {len(recount)} printed figures agree"
+              + (f"on the stating passage {_shown(recount['searcher_fidelity_stated'])} (report "
+                 f"{_shown(report.get('searcher_fidelity_stated'))}), " if "searcher_fidelity_stated" in recount
+                 else "")
+              + f"{len(recount) - len(differ)} of {len(recount)} printed figures agree"
               + (f"; differ: {differ}" if differ else ""))
     return 1 if failures else 0
 

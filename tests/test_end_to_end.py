@@ -63,12 +63,14 @@ def test_report_and_metrics_are_written(built):
 def test_the_reports_funnel_agrees_with_an_independent_recount(built):
     """Where the points go: every record's funnel and every figure the report prints, recounted
     from the records' raw columns, the split's hops and the passages (scripts/recount_funnel.py)."""
-    assert "## Where the points go" in (built / "reports" / "ci" / "paper.md").read_text()
+    paper = (built / "reports" / "ci" / "paper.md").read_text()
+    assert "## Where the points go" in paper and "**Facts read**" in paper
     proc = subprocess.run([sys.executable, "scripts/recount_funnel.py", "--root", ".", "--profile", "ci"],
                           cwd=built, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if " records, 0 whose funnel columns differ" in line]
     assert len(lines) == len(SYSTEMS), proc.stdout
+    assert all("on the stating passage" in line for line in lines), proc.stdout
 
 
 def test_training_audits_exist_for_every_trained_system(built):

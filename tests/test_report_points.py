@@ -112,3 +112,43 @@ def test_metrics_json_holds_each_systems_rates(run):
     assert {"all_retrieved", "single-hop_correct", "comparison_handed"} <= set(opd)
     assert "funnel" not in metrics["systems"]["prompted_critic"]
     assert pair_key("multiagent_opd", "h_mas_base") in metrics["funnel_gaps"]
+
+
+def _with_stated(records: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Records with the facts-read columns (pipeline.eval.stated_reads.COLUMNS): stating reads a
+    subset of the string test's reads, misses a share of them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = records.copy()
+    stated = rng.binomial(out["searcher_calls_read"].to_numpy(int), 0.9)
+    kept = rng.binomial(stated, 0.6)
+    copied = rng.binomial(stated - kept, 0.4)
+    out["searcher_calls_stated"], out["searcher_calls_stated_kept"] = stated, kept
+    out["miss_copied_wrong"], out["miss_other_verbatim"] = copied, stated - kept - copied
+    out["miss_other_copied_wrong"], out["miss_empty"] = 0, 0
+    out["hop_stated"] = [[bool(v) and rng.random() < 0.8 for v in hops] for hops in out["hop_retrieved"]]
+    return out
+
+
+def test_facts_read_reach_the_section_the_gaps_and_metrics(run):
+    records, present, _ = run
+    funnel = [s.name for s in SYSTEMS if s.name != "prompted_critic"]
+    stated = pd.concat([_with_stated(records[records["system"] == s], i) for i, s in enumerate(funnel)])
+    points = measure_points(stated, funnel, DRAWS, SEED, LEVEL, stated=funnel)
+    text = points_section(points, present, 95, DRAWS, None)
+    assert "**Facts read**" in text and "fidelity on the stating passage" in text.lower()
+    base = stated[stated["system"] == "c_mas_base"]
+    single = base[base["family"] == "single-hop"]
+    expected = 100 * single["searcher_calls_stated_kept"].sum() / single["searcher_calls_stated"].sum()
+    row = next(line for line in text.splitlines() if line.startswith("| C-MAS base |") and " / " in line)
+    assert f"/ {expected:.1f} |" in row
+    gap = points.gaps[pair_key("multiagent_opd", "h_mas_base")]["searcher_fidelity_stated"]
+    assert gap is not None and gap["low"] <= gap["diff"] <= gap["high"]
+    metrics = metrics_dict(compute_results(stated, funnel, [], "multiagent_opd", 4, DRAWS, SEED, LEVEL),
+                           "ci", points)
+    figures_ = metrics["systems"]["c_mas_base"]["funnel"]
+    assert figures_["single-hop_fidelity_stated"] == pytest.approx(expected, abs=1e-3)
+    assert "searcher_fidelity_stated" in record_entry(points)["rates"]["c_mas_base"]
+    # one system without the columns: no facts-read figures for anyone (they would not be comparable)
+    assert not measure_points(stated, funnel, DRAWS, SEED, LEVEL, stated=funnel[1:]).stated

@@ -123,7 +123,8 @@ def build_report(params: Params, root: Path, stages: Sequence[str] = ()) -> Repo
     folder = root / "reports" / params.profile
     gaps = cmp.measure_gaps(loaded.records, results.present, ev.runs, ev.bootstrap_draws, ev.bootstrap_seed,
                             ev.confidence)
-    points = measure_points(loaded.records, loaded.funnel, ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence)
+    points = measure_points(loaded.records, loaded.funnel, ev.bootstrap_draws, ev.bootstrap_seed, ev.confidence,
+                            stated=loaded.stated)
     sizes, dedup, commit = split_sizes(root), dedup_counts(root), git_commit(root)
     questions = int(intervals["questions"].max()) if len(intervals) else sizes.get("test", 0)
     made_by = {s: r for s, r in records.items() if s.partition("@")[0] in ("base_model", "train", "evaluate")}

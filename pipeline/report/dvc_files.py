@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.eval.funnel_metrics import RATES
 from pipeline.io import atomic_dir
 from pipeline.report.points import Points
 from pipeline.report.results import Results
@@ -52,7 +51,7 @@ def write_metric_files(results: Results, intervals: pd.DataFrame, folder: Path, 
     with atomic_dir(folder) as tmp:
         for system, row in headline(results, intervals).items():
             if points is not None and system in points.systems:
-                row.update({r.key: _num(points.rate(system, r.key)) for r in RATES})
+                row.update({r.key: _num(points.rate(system, r.key)) for r in points.rates()})
             (tmp / f"{system}.json").write_text(json.dumps(row, indent=2) + "\n")
 
 

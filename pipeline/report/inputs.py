@@ -26,6 +26,8 @@ FUNNEL_COLUMNS = (
     "answer_reported", "handed", "searcher_calls", "searcher_calls_read", "searcher_calls_kept", "leader_waves",
     "bridge_used",
 )
+# what the facts-read measure (pipeline.eval.stated_reads) recomputes from, where the records have it
+RAW_FUNNEL_COLUMNS = ("golden_answers", "searcher_tasks", "searcher_reports", "searcher_passage_ids")
 MODEL_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
               "torch_dtype", "dtype")
@@ -37,6 +39,7 @@ class LoadedRecords:
     present: list[str]
     missing: list[str]
     funnel: list[str] = field(default_factory=list)  # present systems whose records have the funnel's columns
+    stated: list[str] = field(default_factory=list)  # those whose records also have the facts-read columns
 
 
 def load_records(root: Path) -> LoadedRecords:
@@ -60,10 +63,44 @@ def load_records(root: Path) -> LoadedRecords:
         if all(c in frame.columns for c in FUNNEL_COLUMNS):
             columns += list(FUNNEL_COLUMNS)
             funnel.append(s.name)
+            if all(c in frame.columns for c in RAW_FUNNEL_COLUMNS):
+                columns += list(RAW_FUNNEL_COLUMNS)
         frames.append(frame[columns])
         present.append(s.name)
     records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RECORD_COLUMNS))
-    return LoadedRecords(records, present, missing, funnel)
+    loaded = LoadedRecords(records, present, missing, funnel)
+    return with_stated_reads(root, loaded)
+
+
+def with_stated_reads(root: Path, loaded: LoadedRecords) -> LoadedRecords:
+    """`loaded` with the facts-read columns (pipeline.eval.stated_reads) on the records of the funnel
+    systems that keep the raw columns, when the test split has hops (the synthetic world); the
+    index's passages are read only then, and only the ones the records name."""
+    from pipeline.eval.stated_reads import COLUMNS, hops_by_question, index_passages, stated_columns
+
+    systems = [s for s in loaded.funnel if all(c in loaded.records.columns for c in RAW_FUNNEL_COLUMNS)
+               and loaded.records.loc[loaded.records["system"] == s, "searcher_passage_ids"].notna().all()]
+    test = root / "data" / "splits" / "test.parquet"
+    if not systems or not test.is_file():
+        return loaded
+    split = read_parquet(test, "the `splits` stage")
+    hops = hops_by_question(split, str(test))
+    if not any(hops.values()):
+        return loaded
+    rows = loaded.records["system"].isin(systems)
+    ids = {str(i) for v in loaded.records.loc[rows, "searcher_passage_ids"] for call in v for i in call}
+    path = root / "data" / "index" / "passages.parquet"
+    table = read_parquet(path, "the `index` stage")
+    table = table[table["id"].astype(str).isin(ids)]
+    stated = stated_columns(loaded.records[rows], hops, index_passages(table, str(path)))
+    records = loaded.records.copy()
+    positions = rows.to_numpy().nonzero()[0]
+    for column in COLUMNS:
+        values: list[object] = [None] * len(records)
+        for position, value in zip(positions, stated[column]):
+            values[position] = value
+        records[column] = values
+    return LoadedRecords(records, loaded.present, loaded.missing, loaded.funnel, systems)
 
 
 def split_sizes(root: Path) -> dict[str, int]:

@@ -7,12 +7,15 @@ import math
 from typing import Any
 
 from pipeline.eval.funnel_metrics import STEPS
+from pipeline.eval.stated_reads import MISSES, STATED_RATES
 from pipeline.report.points import Points
 from pipeline.report.results import Results
 
 WORKLOAD_KEYS = ("search_actions", "input_tokens", "output_tokens")
 ROLE_KEYS = ("searcher_fidelity", "searches_per_searcher_call", "answerer_accuracy_given_handed",
              "searcher_calls_per_workflow", "leader_waves_per_workflow", "bridge_share")
+# facts read per kind of question (pipeline.eval.stated_reads.reads_table), `<category>_<key>` in percent
+READS_KEYS = ("read", "stated", "fidelity_stated", *MISSES, "hops_retrieved", "hops_stated")
 BEHAVIOUR_KEYS = ("no_search_share", "subtask_and_report_share", "final_answer_share", "forced_answer_share",
                   "format_failure_rate_macro", "format_failure_rate_pooled", "rescued_by_flexible")
 
@@ -74,4 +77,8 @@ def funnel_figures(points: Points, system: str) -> dict[str, float | None]:
     out: dict[str, float | None] = {key: _num(points.rate(system, key)) for key in ROLE_KEYS}
     for row in points.table[points.table["system"] == system].to_dict("records"):
         out.update({f"{row['category']}_{step}": _num(row[step]) for step in STEPS})
+    if system in points.stated:
+        out.update({r.key: _num(points.rate(system, r.key)) for r in STATED_RATES})
+        for row in points.reads[points.reads["system"] == system].to_dict("records"):
+            out.update({f"{row['category']}_{key}": _num(row[key]) for key in READS_KEYS})
     return out

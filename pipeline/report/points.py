@@ -10,7 +10,17 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.eval.funnel_metrics import CATEGORIES, LOST, RATES, STEPS, funnel_table, paired_rate_gap, role_table
+from pipeline.eval.funnel_metrics import (
+    CATEGORIES,
+    LOST,
+    RATES,
+    STEPS,
+    funnel_table,
+    paired_rate_gap,
+    rate_value,
+    role_table,
+)
+from pipeline.eval.stated_reads import MISSES, STATED_RATES, reads_table
 from pipeline.report.tables import markdown
 from pipeline.systems import BY_NAME
 
@@ -34,6 +44,13 @@ class Points:
     roles: pd.DataFrame  # pipeline.eval.funnel_metrics.role_table
     # "target-baseline" -> rate key -> {diff, low, high}, or None when not measurable
     gaps: dict[str, dict[str, dict[str, float] | None]] = field(default_factory=dict)
+    # facts read (pipeline.eval.stated_reads.reads_table) of the systems in `stated`; empty without hops
+    reads: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stated: list[str] = field(default_factory=list)
+
+    def rates(self) -> tuple:
+        """The role-level rates measured here: the funnel's, and the facts-read ones where measured."""
+        return RATES + (STATED_RATES if self.stated else ())
 
     def rate(self, system: str, key: str) -> float | None:
         row = self.roles[self.roles["system"] == system] if len(self.roles) else self.roles
@@ -46,20 +63,28 @@ def pair_key(target: str, baseline: str) -> str:
     return f"{target}-{baseline}"
 
 
-def measure_points(records: pd.DataFrame, systems: Sequence[str], draws: int, seed: int, level: float) -> Points:
+def measure_points(records: pd.DataFrame, systems: Sequence[str], draws: int, seed: int, level: float,
+                   stated: Sequence[str] = ()) -> Points:
     """The funnel of every system in `systems` (those whose records have its columns) and the
-    PAIRS among them, with the EM gaps' bootstrap draws and seed."""
+    PAIRS among them, with the EM gaps' bootstrap draws and seed; the facts read of the systems in
+    `stated` (all of `systems`, or none: records with pipeline.eval.stated_reads' columns)."""
     systems = list(systems)
     if not systems:
         return Points([], pd.DataFrame(), pd.DataFrame())
+    stated = [s for s in systems if s in stated] if set(systems) <= set(stated) else []
     mine = records[records["system"].isin(systems)]
-    points = Points(systems, funnel_table(mine, systems), role_table(mine, systems))
+    roles = role_table(mine, systems)
+    if stated:
+        for rate in STATED_RATES:
+            roles[rate.key] = [rate_value(mine[mine["system"] == s], rate) for s in roles["system"]]
+    points = Points(systems, funnel_table(mine, systems), roles, reads=reads_table(mine, stated) if stated
+                    else pd.DataFrame(), stated=stated)
     for target, baseline in PAIRS:
         if target in systems and baseline in systems:
             pair = mine[mine["system"].isin([target, baseline])]
             points.gaps[pair_key(target, baseline)] = {
                 r.key: paired_rate_gap(pair, target, baseline, r, draws=draws, seed=seed, level=level)
-                for r in RATES}
+                for r in points.rates()}
     return points
 
 
@@ -116,12 +141,48 @@ def roles_markdown(points: Points) -> str:
     return markdown((headers, rows))
 
 
+def reads_markdown(points: Points) -> str:
+    """Facts read: per system, single-hop Searcher calls and chain hops, string test beside stating passage."""
+    headers = ["system", "single-hop calls that read the answer: string test / stating passage (%)",
+               "fidelity: string test / stating passage (%)",
+               *(f"{MISS_TITLES[m]} (% of stating reads)" for m in MISSES),
+               "2- and 3-hop chain hops read: string test / stating passage (%)"]
+    rows = []
+    for system in points.stated:
+        mine = points.reads[points.reads["system"] == system].set_index("category")
+        if "single-hop" not in mine.index:
+            continue
+        one = mine.loc["single-hop"]
+        chains = points.reads[(points.reads["system"] == system) & points.reads["category"].isin(["2-hop", "3-hop"])]
+        total = chains["hop_count"].sum()
+        hops = [(chains[k] * chains["hop_count"]).sum() / total if total else None
+                for k in ("hops_retrieved", "hops_stated")]
+        rows.append([_label(system), f"{_pct(one['read'])} / {_pct(one['stated'])}",
+                     f"{_pct(one['fidelity'])} / {_pct(one['fidelity_stated'])}", *(_pct(one[m]) for m in MISSES),
+                     f"{_pct(hops[0])} / {_pct(hops[1])}"])
+    return markdown((headers, rows))
+
+
+READS_NOTE = (
+    "**Facts read** (`pipeline/eval/stated_reads.py`). The string test above counts a call as a read when any "
+    "passage it read holds the answer, a coincidental mention included; here a call also counts as reading a "
+    "hop's fact when it read the hop's *stating passage* (titled by the hop's subject, holding its answer). "
+    "*Fidelity*: of those calls, the share whose report kept the answer. A miss is classed by the report's "
+    "closest sentence among the passages the call read: the stating sentence copied wrong (another name, month "
+    "or day), another sentence copied verbatim (another relation's), another sentence copied wrong, or no "
+    "report. Chain hops: the share of the hops of 2- and 3-hop questions some call read.")
+MISS_TITLES = {"copied_wrong": "single-hop misses: right sentence copied wrong",
+               "other_verbatim": "another sentence verbatim", "other_copied_wrong": "another sentence copied wrong",
+               "empty": "empty report"}
+
+
 def gaps_markdown(points: Points, level: int) -> str:
-    headers = ["comparison", *(f"{r.title}: gap [{level}% interval]" for r in RATES)]
+    rates = points.rates()
+    headers = ["comparison", *(f"{r.title}: gap [{level}% interval]" for r in rates)]
     rows = []
     for target, baseline in PAIRS:
         entry = points.gaps.get(pair_key(target, baseline))
-        cells = [NOT_MEASURED] * len(RATES) if entry is None else [_gap(entry[r.key]) for r in RATES]
+        cells = [NOT_MEASURED] * len(rates) if entry is None else [_gap(entry[r.key]) for r in rates]
         rows.append([f"{_label(target)} - {_label(baseline)}", *cells])
     return markdown((headers, rows))
 
@@ -155,7 +216,10 @@ def points_section(points: Points, present: Sequence[str], level: int, draws: in
              "**Where the points are lost** (percent of all workflows)", lost_markdown(points)]
     if figure:
         parts.append(f"![Where each system's workflows lose their points, by kind of question]({figure})")
-    parts += [role_note, roles_markdown(points), gap_note, gaps_markdown(points, level)]
+    parts += [role_note, roles_markdown(points)]
+    if points.stated:
+        parts += [READS_NOTE, reads_markdown(points)]
+    parts += [gap_note, gaps_markdown(points, level)]
     if unmeasured:
         parts.append("Not measured for " + ", ".join(_label(s) for s in unmeasured)
                      + ": their evaluation records predate the funnel.")
@@ -167,7 +231,7 @@ def record_entry(points: Points) -> dict[str, Any] | None:
     if not points.systems:
         return None
     return {
-        "rates": {s: {r.key: points.rate(s, r.key) for r in RATES} for s in points.systems},
+        "rates": {s: {r.key: points.rate(s, r.key) for r in points.rates()} for s in points.systems},
         "comparisons": {key: {rate: (None if gap is None else dict(gap)) for rate, gap in entry.items()}
                         for key, entry in points.gaps.items()},
     }
