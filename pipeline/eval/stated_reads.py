@@ -25,7 +25,6 @@ the questions' hops and the index's passages; None for every column on questions
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
@@ -35,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.agents.workflows import question_hops
+from pipeline.basemodel.demos_text import sentences
 from pipeline.data.normalize import normalize_answer
 from pipeline.errors import InputError
 from pipeline.eval.funnel import COMPARISON, holds, words
@@ -43,12 +43,6 @@ from pipeline.eval.funnel_metrics import Rate, category_of
 MISSES = ("copied_wrong", "other_verbatim", "other_copied_wrong", "empty")
 COLUMNS = ("hop_stated", "searcher_calls_stated", "searcher_calls_stated_kept", *(f"miss_{m}" for m in MISSES))
 NEEDED = ("question_id", "golden_answers", "searcher_tasks", "searcher_reports", "searcher_passage_ids")
-_SENTENCE_END = re.compile(r"(?<=\.)\s+")
-
-
-def sentences(text: str) -> list[str]:
-    """A text's sentences (the world writes no abbreviations)."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 @dataclass(frozen=True)
