@@ -338,6 +338,8 @@ class DemoParams(_Strict):
     judge_noise: float = Field(ge=0, le=1)
     # the cascade's scripted Searcher asks a chain question's hops one by one (docs/tuning.md#teacher-searcher)
     hop_by_hop: bool = False
+    # share of the Searcher demonstrations rewritten with counterfactual answers (basemodel.counterfactual)
+    counterfactual: float = Field(default=0.0, ge=0, le=1)
 
 
 class BaseModelParams(_Strict):
@@ -355,6 +357,8 @@ class BaseModelParams(_Strict):
     # bfloat16 natively (pipeline.precision)
     bf16: Bf16Setting = False
     reading_texts: int = Field(default=0, ge=0)  # copy-forcing pre-training transcripts (basemodel.reading_texts)
+    # share of the reading texts that get a counterfactual twin (basemodel.counterfactual)
+    reading_counterfactual: float = Field(default=0.0, ge=0, le=1)
     model: BaseModelShape | None = None
     pretrain: PretrainParams | None = None
     sft: SftParams | None = None

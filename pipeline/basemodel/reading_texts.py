@@ -18,6 +18,10 @@ sees them: another passage on the same entity, or the same relation about a name
 the sentence must be picked by the question's entity and relation together; otherwise they
 are random passages on other entities. They use no role prompt and no action tag, so the
 roles' (deliberately imperfect) behaviour still comes from the demonstrations alone.
+
+With `counterfactual` > 0, that share of the texts gets a twin whose hop answer is replaced after
+the question line by another training answer of the same relation (pipeline.basemodel.counterfactual):
+there the answer can only be copied from the passages, not recalled.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from pipeline.basemodel.counterfactual import AnswerPool, counterfactual_reading, seeded
 from pipeline.basemodel.demos import training_episodes
 from pipeline.basemodel.demos_text import find_sentence
 from pipeline.errors import InputError
@@ -37,11 +42,13 @@ Neighbours = Callable[[Sequence[str], int], list[list[Passage]]]  # passage text
 
 def reading_texts(
     train: pd.DataFrame, passages: pd.DataFrame, n: int, distractors: int, seed: int,
-    neighbours: Neighbours | None = None,
+    neighbours: Neighbours | None = None, counterfactual: float = 0.0,
 ) -> list[str]:
     """Up to `n` transcripts (one per answerable hop of the shuffled training questions),
     each with `distractors` other passages around the answer's passage, which takes a random
-    place: its nearest passages by `neighbours` (one batched call), or random ones."""
+    place: its nearest passages by `neighbours` (one batched call), or random ones; then the
+    counterfactual twins of a `counterfactual` share of them (drawn on a stream of their own, so
+    the first texts are the same whatever the share)."""
     for column in ("title", "text"):
         if column not in passages.columns:
             raise InputError(f"corpus: missing column {column!r}")
@@ -53,6 +60,7 @@ def reading_texts(
     episodes = training_episodes(train)
     rng.shuffle(episodes)
     items: list[tuple[str, Passage, str, str]] = []  # question, answer's passage, sentence, answer span
+    item_hops = []
     for hop, ep in ((h, e) for e in episodes for h in e.hops):
         if len(items) >= n:
             break
@@ -63,6 +71,7 @@ def reading_texts(
         question = ep.question if ep.family == "single-hop" else hop.question
         start = sentence.lower().index(hop.answer.lower())
         items.append((question, gold, sentence, sentence[start : start + len(hop.answer)]))
+        item_hops.append(hop)
     if neighbours is not None and items:
         near = neighbours([gold.text for _, gold, _, _ in items], distractors + 1)
         others = [[p for p in found if p.text != gold.text][:distractors]
@@ -73,6 +82,14 @@ def reading_texts(
     for (question, gold, sentence, span), docs in zip(items, others):
         docs.insert(rng.randint(0, len(docs)), gold)
         texts.append(f"Question: {question}\n{format_information(docs)}\nEvidence: {sentence}\nAnswer: {span}")
+    if counterfactual > 0:
+        pool = AnswerPool(episodes)
+        for k, (text, hop) in enumerate(zip(list(texts), item_hops)):
+            rng_k = seeded(seed, "reading", str(k))
+            if rng_k.random() < counterfactual:
+                twin = counterfactual_reading(text, hop, pool, rng_k)
+                if twin is not None:
+                    texts.append(twin)
     return texts
 
 

@@ -19,7 +19,16 @@ from typing import Any
 import pandas as pd
 
 from pipeline.agents.prompts import load_prompts
-from pipeline.basemodel.demos import DemoConfig, DemoRates, build_demos, demo_sequences, demo_stats, demo_texts
+from pipeline.basemodel.counterfactual import counterfactual_searchers
+from pipeline.basemodel.demos import (
+    DemoConfig,
+    DemoRates,
+    build_demos,
+    demo_sequences,
+    demo_stats,
+    demo_texts,
+    training_episodes,
+)
 from pipeline.basemodel.lm_training import LogFn, pretrain_lm, supervised_finetune
 from pipeline.basemodel.reading_texts import reading_texts
 from pipeline.basemodel.tiny_model import build_tiny_qwen3, count_parameters
@@ -73,6 +82,7 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
     demos = build_demos(train, retriever, load_prompts(), cfg)
     if not demos:
         raise InputError("train split: no demonstrations could be made (no training questions?)")
+    demos, rewritten = counterfactual_searchers(demos, training_episodes(train), d.counterfactual, bm.seed)
     lap("demos")
 
     tokenizer = train_bpe_tokenizer(
@@ -90,7 +100,7 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
     # (packed, no padding: the cheap way to learn the format and copying); SFT then trains
     # the completions.
     reading = reading_texts(train, corpus, bm.reading_texts, distractors=proto.top_k - 1, seed=bm.seed,
-                            neighbours=retriever.neighbours)
+                            neighbours=retriever.neighbours, counterfactual=bm.reading_counterfactual)
     pre = bm.pretrain
     with curves("pretrain") as log_fn:
         pre_hist = pretrain_lm(model, tokenizer, passages + list(demo_texts(demos)) + reading, steps=pre.steps,
@@ -108,7 +118,7 @@ def train_base_model(params: Params, train: pd.DataFrame, corpus: pd.DataFrame, 
     return {
         "parameters": count_parameters(model), "vocab": len(tokenizer), "sft_examples": len(examples),
         "bf16_autocast": int(bf16),
-        "reading_texts": len(reading),
+        "reading_texts": len(reading), "counterfactual_searcher_demos": rewritten,
         "sft_example_tokens": sum(len(e[0]) + len(e[1]) for e in examples) / len(examples),
         "pretrain_final_loss": _tail_mean(pre_hist), "sft_final_loss": _tail_mean(sft_hist),
         **demo_stats(demos), **seconds, "seconds_training": sum(seconds.values()),
