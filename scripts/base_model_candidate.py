@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed-set", default=None, help="default: the seed set of the source's params.yaml")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("edits", nargs="*", help="params.yaml values, key=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     source = args.source.resolve()
     for part in ("data/splits", "data/index"):
         if not (source / part).is_dir():
