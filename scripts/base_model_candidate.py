@@ -3,9 +3,8 @@ splits and index, a seed set and params edits, then the `base_model` stage there
 
     python scripts/base_model_candidate.py OUT --source RUN [--seed-set G] [key=value ...]
 
-RUN is a checkout or a draw's workspace that holds data/splits and data/index (its world); OUT
-gets this checkout's code (pipeline.checkout_copy.mirror), links to RUN's data/splits and
-data/index, params.yaml switched to the seed set (default: RUN's) with each `key=value` set
+RUN is a checkout or a draw's workspace that holds data/splits, data/corpus and data/index (its
+world); OUT gets this checkout's code (pipeline.checkout_copy.mirror), links to those three, params.yaml switched to the seed set (default: RUN's) with each `key=value` set
 (YAML values, e.g. tiny.base_model.reading_counterfactual=1.0), and the model in
 OUT/data/models/base. Prints the stage's seconds and peak memory. Then score it against RUN's
 base model on held-out questions from OUT (docs/tuning.md#a-searcher-that-reads):
@@ -31,6 +30,8 @@ from pipeline.draws.seed_sets import SEED_SETS_FILE, current_seed_set, load_seed
 from pipeline.errors import InputError
 from pipeline.params_edit import edit_file
 
+PARTS = ("data/splits", "data/corpus", "data/index")  # what the base_model stage reads of the run
+
 
 def parse_edits(pairs: list[str]) -> dict[str, object]:
     edits = {}
@@ -51,9 +52,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("edits", nargs="*", help="params.yaml values, key=value")
     args = parser.parse_intermixed_args(argv)
     source = args.source.resolve()
-    for part in ("data/splits", "data/index"):
+    for part in PARTS:
         if not (source / part).is_dir():
-            raise InputError(f"{source / part}: not found; --source must be a run that made its splits and index")
+            raise InputError(f"{source / part}: not found; --source must be a run that made its splits, corpus "
+                             "and index")
     seed_sets = load_seed_sets(SEED_SETS_FILE)
     seed_set = args.seed_set or current_seed_set(source / "params.yaml", seed_sets)
     if seed_set is None:
@@ -61,7 +63,7 @@ def main(argv: list[str]) -> int:
     out = args.out.resolve()
     mirror(Path.cwd(), out, args.profile)
     (out / "data").mkdir(exist_ok=True)
-    for part in ("splits", "index"):
+    for part in (p.split("/")[1] for p in PARTS):
         link = out / "data" / part
         if link.is_symlink() or link.exists():
             link.unlink()
