@@ -1,13 +1,14 @@
 """Train a candidate base model beside a run: a scratch copy of this checkout's code with the run's
-splits and index, a seed set and params edits, then the `base_model` stage there.
+splits, corpus and index, a seed set and params edits, then the `base_model` stage there.
 
     python scripts/base_model_candidate.py OUT --source RUN [--seed-set G] [key=value ...]
 
 RUN is a checkout or a draw's workspace that holds data/splits, data/corpus and data/index (its
-world); OUT gets this checkout's code (pipeline.checkout_copy.mirror), links to those three, params.yaml switched to the seed set (default: RUN's) with each `key=value` set
-(YAML values, e.g. tiny.base_model.reading_counterfactual=1.0), and the model in
-OUT/data/models/base. Prints the stage's seconds and peak memory. Then score it against RUN's
-base model on held-out questions from OUT (docs/tuning.md#a-searcher-that-reads):
+world); OUT gets this checkout's code (pipeline.checkout_copy.mirror), links to those three,
+params.yaml switched to the seed set (default: RUN's) with each `key=value` set (YAML values,
+e.g. tiny.base_model.reading_counterfactual=1.0), and the model in OUT/data/models/base. The stage
+prints its seconds and peak memory. Then score it against RUN's base model on held-out questions
+from OUT (docs/tuning.md#a-searcher-that-reads):
 
     cd OUT && PYTHONPATH=. python scripts/dev_gap.py --heldout 2000 SCORES \
         base=RUN/data/models/base cand=data/models/base
