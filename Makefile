@@ -53,9 +53,11 @@ draw: setup
 draws: setup
 	$(BIN)/python scripts/draw.py list --profile $(PROFILE)
 
-# ruff (pyproject.toml's rules); dvc.yaml and the plots templates current with pipeline/dag.py
+# ruff (pyproject.toml's rules); the import contracts (pyproject.toml); dvc.yaml and the plots
+# templates current with pipeline/dag.py
 lint: setup
 	$(BIN)/ruff check pipeline flows tests scripts benchmarks
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pipeline dvc-yaml --check
 
 test: lint

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from pipeline.errors import ConfigError
 
@@ -49,8 +48,3 @@ def use_threads(threads: int) -> int:
     faiss.omp_set_num_threads(threads)
     return threads
 
-
-def threads_tags(profile_threads: int, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """What a run's identity says about its threads: the count, and whether it is the profile's."""
-    threads = requested_threads(profile_threads, environ)
-    return {"threads": threads, "profile_threads": int(profile_threads)}

@@ -23,9 +23,9 @@ from pipeline.basemodel.demos_text import (
     find_sentence,
     other_sentence,
     phrases,
-    sentences,
     vague_query,
 )
+from pipeline.data.sentences import sentences
 from pipeline.eval.funnel import holds, words
 from pipeline.retrieval.base import Passage, Retriever, format_information
 

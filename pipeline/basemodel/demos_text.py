@@ -1,4 +1,4 @@
-"""Text helpers of the scripted demonstrations: sentences, vague queries, answer guesses.
+"""Text helpers of the scripted demonstrations: answer sentences, vague queries, answer guesses.
 
 Everything here is deterministic: randomness comes from the caller's `random.Random`,
 or (vague queries) from a stable hash of the text, so a query's vague variant is known
@@ -12,17 +12,12 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from pipeline.data.sentences import sentences
 from pipeline.retrieval.base import Passage
 
-_SENTENCE_END = re.compile(r"(?<=\.)\s+")
 # Capitalised names ("Rino Boto", "The River of Nabe") and years: what an answer looks like.
 _PHRASE = re.compile(r"\b(?:[A-Z][a-z]+(?: (?:of |the )?[A-Z][a-z]+)*|\d{4})\b")
 _OPTIONS = re.compile(r",\s*(.+?)\s+or\s+(.+?)\?\s*$")
-
-
-def sentences(text: str) -> list[str]:
-    """Split a passage into its sentences (the world writes no abbreviations)."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 def contains(haystack: str, needle: str) -> bool:

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline.agents.workflows import question_hops
-from pipeline.basemodel.demos_text import sentences
 from pipeline.data.normalize import normalize_answer
+from pipeline.data.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.eval.funnel import COMPARISON, holds, words
 from pipeline.eval.funnel_metrics import Rate, category_of
