@@ -4,7 +4,8 @@ Scores every model in one workflow (cascade: the Teacher's; hierarchy: the Stage
 all dev questions x 4 runs with one eval seed, so the models share their random numbers (common
 random numbers, as the test evaluation does), then prints each model's EM, searches per workflow,
 forced-answer share and the funnel's role figures (Searcher fidelity, searches per Searcher call and
-per 2-hop question; pipeline.eval.funnel), and its macro avg@4 gap and Searcher-fidelity gap to the
+per 2-hop question, the 2-hop funnel: the share of 2-hop workflows whose answer was retrieved,
+reported, handed and answered; pipeline.eval.funnel), and its macro avg@4 gap and Searcher-fidelity gap to the
 first one with their paired bootstrap 95% intervals. Each model's records go under OUT/<label>
 (evaluate_system's shards; a rerun resumes).
 Dev only: it decides nothing on test. `--heldout N` scores N held-out questions of the test's
@@ -33,7 +34,7 @@ from pipeline.config import Params, load_params, workflow_config
 from pipeline.data.heldout import composition, held_out_questions
 from pipeline.errors import InputError
 from pipeline.eval.bootstrap import paired_bootstrap
-from pipeline.eval.funnel_metrics import BY_KEY, category_of, has_funnel, paired_rate_gap, rate_value
+from pipeline.eval.funnel_metrics import BY_KEY, category_of, funnel_steps, has_funnel, paired_rate_gap, rate_value
 from pipeline.eval.records import per_question_scores
 from pipeline.eval.run import evaluate_system
 from pipeline.eval.stated_reads import (
@@ -76,7 +77,9 @@ def role_figures(records: pd.DataFrame) -> str:
     fidelity = rate_value(records, BY_KEY["searcher_fidelity"])
     return (f", Searcher fidelity {'-' if fidelity is None else f'{fidelity:.1f}%'}, "
             f"{rate_value(records, BY_KEY['searches_per_searcher_call']):.2f} searches per Searcher call"
-            + (f", {two_hop['search_actions'].mean():.2f} searches per 2-hop question" if len(two_hop) else ""))
+            + (f", {two_hop['search_actions'].mean():.2f} searches per 2-hop question, 2-hop funnel "
+               + ", ".join(f"{step} {100 * share:.1f}%" for step, share in funnel_steps(two_hop)[
+                   ["retrieved", "reported", "handed", "correct"]].mean().items()) if len(two_hop) else ""))
 
 
 def stated_figures(records: pd.DataFrame, label: str) -> str:
